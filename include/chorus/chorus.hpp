@@ -1,0 +1,246 @@
+// Chorus C++ API. The C API in chorus.h is a thin layer over this one: one implementation.
+//
+// Errors are thrown as chorus::Error, whose code() is a chorusResult_t and whose what() names the
+// call, the rank and, where one is involved, the peer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "chorus/store.hpp"
+
+namespace chorus {
+
+enum class DataType : int {
+  Int8 = chorusInt8,
+  Uint8 = chorusUint8,
+  Int32 = chorusInt32,
+  Uint32 = chorusUint32,
+  Int64 = chorusInt64,
+  Uint64 = chorusUint64,
+  Float16 = chorusFloat16,
+  Float32 = chorusFloat32,
+  Float64 = chorusFloat64,
+  BFloat16 = chorusBfloat16,
+};
+inline constexpr int kNumDataTypes = chorusNumTypes;
+
+enum class ReduceOp : int {
+  Sum = chorusSum,
+  Prod = chorusProd,
+  Max = chorusMax,
+  Min = chorusMin,
+  Avg = chorusAvg,
+};
+inline constexpr int kNumReduceOps = chorusNumOps;
+
+/// Bytes per element; throws chorusInvalidArgument for an unknown type.
+size_t dataTypeSize(DataType t);
+/// "float32", "bfloat16", ... ("unknown(N)" for anything else).
+const char* dataTypeName(DataType t);
+const char* reduceOpName(ReduceOp op);
+
+/// IEEE half and bfloat16 as 16-bit storage types, for typed spans.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+template <typename T>
+constexpr DataType dataTypeOf();
+template <> constexpr DataType dataTypeOf<int8_t>() { return DataType::Int8; }
+template <> constexpr DataType dataTypeOf<uint8_t>() { return DataType::Uint8; }
+template <> constexpr DataType dataTypeOf<int32_t>() { return DataType::Int32; }
+template <> constexpr DataType dataTypeOf<uint32_t>() { return DataType::Uint32; }
+template <> constexpr DataType dataTypeOf<int64_t>() { return DataType::Int64; }
+template <> constexpr DataType dataTypeOf<uint64_t>() { return DataType::Uint64; }
+template <> constexpr DataType dataTypeOf<Half>() { return DataType::Float16; }
+template <> constexpr DataType dataTypeOf<BFloat16>() { return DataType::BFloat16; }
+template <> constexpr DataType dataTypeOf<float>() { return DataType::Float32; }
+template <> constexpr DataType dataTypeOf<double>() { return DataType::Float64; }
+
+/// What every Chorus failure throws.
+class Error : public std::runtime_error {
+ public:
+  Error(chorusResult_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  chorusResult_t code() const noexcept { return code_; }
+
+ private:
+  chorusResult_t code_;
+};
+
+/// Per-communicator settings. Defaults come from the environment (read once per process,
+/// see docs/configuration.md); fields set here override it.
+struct Config {
+  /// Deadline for every wait inside an operation (CHORUS_TIMEOUT, seconds; default 300).
+  std::chrono::milliseconds timeout{0};
+  /// Algorithm override in the grammar `coll[:lo-hi]:algo[,...]` (CHORUS_ALGO), e.g.
+  /// "allreduce:0-4k:rd,allreduce:ring". Empty: the built-in choice.
+  std::string algo;
+  /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default 4 MiB).
+  size_t shmStageBytes = 0;
+  /// Bytes of each shared-memory point-to-point FIFO (CHORUS_SHM_FIFO_BYTES; default 1 MiB).
+  size_t shmFifoBytes = 0;
+
+  /// Fills unset fields from the environment and built-in defaults.
+  static Config fromEnvironment();
+};
+
+/// Handle of an asynchronous operation. Copyable; all copies see the same operation.
+class Work {
+ public:
+  Work();
+  /// Waits until done or `timeout` passes; returns whether it is done. Throws the operation's
+  /// error if it failed.
+  bool wait(std::chrono::milliseconds timeout);
+  /// Waits until done (bounded by the communicator's timeout inside the operation); throws on failure.
+  void wait();
+  /// True if finished (successfully or not); never blocks.
+  bool test() const;
+  /// chorusSuccess, chorusInProgress, or the failure code.
+  chorusResult_t status() const;
+  /// The failure message (empty if none).
+  std::string errorMessage() const;
+
+  struct State;
+  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class CommImpl;
+
+/// One rank's membership of a group of ranks. Move-only; destruction frees it (waits for pending
+/// asynchronous work first). Every collective must be called by all ranks in the same order.
+class Communicator {
+ public:
+  /// Joins as `rank` of `size` using `store` for rendezvous (collective over all ranks).
+  Communicator(std::shared_ptr<Store> store, int rank, int size, const Config& config = {});
+  /// Joins the job described by environment variables (see chorusCommInitFromEnv).
+  static Communicator fromEnvironment(const Config& config = {});
+  /// `size` ranks as threads of this process (each communicator then used by its own thread,
+  /// or all from one thread inside a group).
+  static std::vector<Communicator> createLocal(int size, const Config& config = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+
+  // Blocking collectives (throw chorus::Error). Counts are in elements.
+  void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  void allGather(const void* send, void* recv, size_t sendCount, DataType type);
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root);
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  void allToAll(const void* send, void* recv, size_t count, DataType type);
+  void allToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
+                 void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                 DataType type);
+  void send(const void* buf, size_t count, DataType type, int peer);
+  void recv(void* buf, size_t count, DataType type, int peer);
+  void barrier();
+
+  // Asynchronous forms: return at once; the buffers must stay valid until the Work completes.
+  Work allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
+  Work reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
+  Work allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type);
+  Work broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root);
+  Work reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root);
+  Work allToAllAsync(const void* send, void* recv, size_t count, DataType type);
+  Work barrierAsync();
+
+  // Typed span views.
+  template <typename T>
+  void allReduce(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    checkSpan(send.size(), recv.size(), "allReduce");
+    allReduce(send.data(), recv.data(), send.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  void allReduce(std::span<T> inout, ReduceOp op) {
+    allReduce(inout.data(), inout.data(), inout.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  Work allReduceAsync(std::span<T> inout, ReduceOp op) {
+    return allReduceAsync(inout.data(), inout.data(), inout.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  void allGather(std::span<const T> send, std::span<T> recv) {
+    checkSpan(send.size() * static_cast<size_t>(size()), recv.size(), "allGather");
+    allGather(send.data(), recv.data(), send.size(), dataTypeOf<T>());
+  }
+  template <typename T>
+  void reduceScatter(std::span<const T> send, std::span<T> recv, ReduceOp op) {
+    checkSpan(recv.size() * static_cast<size_t>(size()), send.size(), "reduceScatter");
+    reduceScatter(send.data(), recv.data(), recv.size(), dataTypeOf<T>(), op);
+  }
+  template <typename T>
+  void broadcast(std::span<T> buf, int root) {
+    broadcast(buf.data(), buf.data(), buf.size(), dataTypeOf<T>(), root);
+  }
+
+  /// Ranks with equal color form a new communicator, ordered by key then rank. Collective.
+  /// Returns std::nullopt for color CHORUS_SPLIT_NOCOLOR.
+  std::optional<Communicator> split(int color, int key);
+
+  /// Fails every pending and later operation on this communicator and tells the peers. Safe to call
+  /// from another thread while an operation is blocked.
+  void abort();
+  /// chorusSuccess or the error that broke this communicator.
+  chorusResult_t asyncError() const;
+  /// Text of the last error on this communicator.
+  std::string lastError() const;
+
+  /// Bytes of memory this communicator allocated (shared segments, scratch).
+  size_t memoryBytes() const;
+
+  CommImpl* impl() const { return impl_.get(); }
+  explicit Communicator(std::shared_ptr<CommImpl> impl);
+
+ private:
+  static void checkSpan(size_t expected, size_t got, const char* call);
+  std::shared_ptr<CommImpl> impl_;
+};
+
+/// Group calls on the calling thread (see chorusGroupStart). Prefer the RAII Group below.
+void groupStart();
+void groupEnd();
+
+/// RAII group: operations issued while it lives run together when it is destroyed
+/// (call end() to get errors as exceptions instead of the destructor swallowing them).
+class Group {
+ public:
+  Group() { groupStart(); }
+  ~Group() {
+    if (!ended_) {
+      try {
+        groupEnd();
+      } catch (...) {
+      }
+    }
+  }
+  void end() {
+    ended_ = true;
+    groupEnd();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+ private:
+  bool ended_ = false;
+};
+
+}  // namespace chorus

@@ -1,0 +1,31 @@
+// CPU reduction and copy kernels. Internal to libchorus (not installed).
+//
+// One portable implementation and one compiled for AVX2 + F16C (+FMA), chosen once at run time
+// from the CPU's features (CHORUS_CPU_KERNELS=portable forces the portable one).
+#pragma once
+
+#include <cstddef>
+
+#include "chorus/chorus.hpp"
+
+namespace chorus::kernels {
+
+/// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i], for i in [0, count).
+///
+/// - nsrcs >= 1 (nsrcs == 1 is a copy, with the Avg division below still applied).
+/// - dst may be the same pointer as any srcs[k]; no other overlap is allowed.
+/// - Integers wrap around (two's complement) on Sum/Prod overflow, never undefined behaviour.
+/// - Float16/BFloat16 accumulate in float32 across all sources and round once (nearest even).
+/// - ReduceOp::Avg reduces as Sum; when avgDivisor > 0 the result is then divided by avgDivisor
+///   (integers: truncated toward zero; floats: computed in the accumulation type then rounded).
+///   avgDivisor is ignored for other ops.
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor);
+
+/// memcpy tuned for large buffers (non-temporal stores past a threshold where that is faster).
+void copy(void* dst, const void* src, size_t bytes);
+
+/// "avx2+f16c" or "portable": the implementation in use.
+const char* simdLevel();
+
+}  // namespace chorus::kernels
