@@ -1,1 +1,65 @@
-// placeholder
+// Run-time choice between the portable and the AVX2 + F16C kernels, made once per process.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu/dispatch_internal.hpp"
+#include "cpu/reduce.hpp"
+
+namespace chorus::kernels {
+
+namespace {
+
+constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy};
+constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy};
+
+const KernelImpl& choose() {
+  const char* forced = std::getenv("CHORUS_CPU_KERNELS");
+  if (forced != nullptr && std::strcmp(forced, "portable") == 0) return kPortable;
+  return cpuSupportsAvx2() ? kAvx2 : kPortable;
+}
+
+}  // namespace
+
+bool cpuSupportsAvx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();  // harmless if already done; needed if called before constructors ran
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+const KernelImpl& portableKernels() { return kPortable; }
+
+const KernelImpl* avx2Kernels() { return cpuSupportsAvx2() ? &kAvx2 : nullptr; }
+
+const KernelImpl& activeKernels() {
+  static const KernelImpl& chosen = choose();  // initialised once, thread-safe
+  return chosen;
+}
+
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor) {
+  if (nsrcs < 1) {
+    throw Error(chorusInvalidArgument, "chorus::kernels::reduce: nsrcs must be >= 1, got " + std::to_string(nsrcs));
+  }
+  if (static_cast<unsigned>(type) >= static_cast<unsigned>(kNumDataTypes)) {
+    throw Error(chorusInvalidArgument,
+                "chorus::kernels::reduce: unknown data type " + std::to_string(static_cast<int>(type)));
+  }
+  if (static_cast<unsigned>(op) >= static_cast<unsigned>(kNumReduceOps)) {
+    throw Error(chorusInvalidArgument,
+                "chorus::kernels::reduce: unknown reduction op " + std::to_string(static_cast<int>(op)));
+  }
+  if (count == 0) return;
+  activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) activeKernels().copy(dst, src, bytes);
+}
+
+const char* simdLevel() { return activeKernels().name; }
+
+}  // namespace chorus::kernels

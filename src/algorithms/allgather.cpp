@@ -1,1 +1,54 @@
-// placeholder
+// AllGather: direct (shared staging) and ring.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+void allGatherDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
+  const size_t chunk = stageChunkElems(shm, elem, 1);
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off);
+    const int h = ctx.nextStageHalf();
+    kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+    ctx.syncAll();
+    for (int k = 0; k < n; ++k) {
+      if (k == me) continue;
+      kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h), ce * elem);
+    }
+    if (!inPlace) {
+      kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem), ce * elem);
+    }
+  }
+}
+
+void allGatherRing(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t blockBytes = op.count * elem;
+  auto block = [&](int i) { return at(op.recv, static_cast<size_t>(i) * op.count, elem); };
+  if (block(r) != op.send) std::memcpy(block(r), op.send, blockBytes);
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  std::vector<engine::Transfer> ts;
+  ts.reserve(static_cast<size_t>(2 * (n - 1)));
+  int lastRecv = -1;
+  for (int s = 0; s < n - 1; ++s) {
+    int si = mod(r - s, n), ri = mod(r - s - 1, n);
+    auto snd = engine::Transfer::send(next, s == 0 ? op.send : static_cast<const void*>(block(si)), blockBytes, elem,
+                                      ctx.tag());
+    snd.waitFor = lastRecv;
+    ts.push_back(snd);
+    ts.push_back(engine::Transfer::recv(prev, block(ri), blockBytes, elem, ctx.tag()));
+    lastRecv = static_cast<int>(ts.size()) - 1;
+  }
+  ctx.run(ts);
+}
+
+}  // namespace chorus::algo

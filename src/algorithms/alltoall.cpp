@@ -1,1 +1,80 @@
-// placeholder
+// AllToAll: direct (shared staging) and pairwise; AllToAllv pairwise.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+// In place is safe: a chunk is fully staged by every rank before anyone writes that chunk's output.
+void allToAllDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off);
+    const int h = ctx.nextStageHalf();
+    std::byte* mine = shm.stage(me, h);
+    for (int j = 0; j < n; ++j) {
+      kernels::copy(mine + static_cast<size_t>(j) * ce * elem, at(op.send, static_cast<size_t>(j) * op.count + off, elem),
+                    ce * elem);
+    }
+    ctx.syncAll();
+    for (int k = 0; k < n; ++k) {
+      kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
+                    shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem);
+    }
+  }
+}
+
+namespace {
+
+// Every pairwise exchange as one transfer list: sends to r+k and receives from r-k for all k.
+void pairwise(Context& ctx, const Op& op, const void* send, const size_t* sendCounts, const size_t* sendDispls,
+              const size_t* recvCounts, const size_t* recvDispls) {
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const auto R = static_cast<size_t>(r);
+  if (sendCounts[R] != recvCounts[R]) {
+    failInvalid("rank ", r, ": ", opKindName(op.kind), ": sends ", sendCounts[R], " elements to itself but expects ",
+                recvCounts[R]);
+  }
+  if (sendCounts[R] && at(send, sendDispls[R], elem) != at(op.recv, recvDispls[R], elem)) {
+    std::memmove(at(op.recv, recvDispls[R], elem), at(send, sendDispls[R], elem), sendCounts[R] * elem);
+  }
+  std::vector<engine::Transfer> ts;
+  ts.reserve(static_cast<size_t>(2 * (n - 1)));
+  for (int k = 1; k < n; ++k) {
+    const auto to = static_cast<size_t>(mod(r + k, n)), from = static_cast<size_t>(mod(r - k, n));
+    ts.push_back(engine::Transfer::send(static_cast<int>(to), at(send, sendDispls[to], elem), sendCounts[to] * elem,
+                                        elem, ctx.tag()));
+    ts.push_back(engine::Transfer::recv(static_cast<int>(from), at(op.recv, recvDispls[from], elem),
+                                        recvCounts[from] * elem, elem, ctx.tag()));
+  }
+  ctx.run(ts);
+}
+
+}  // namespace
+
+void allToAllPairwise(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size();
+  const size_t elem = dataTypeSize(op.type);
+  std::vector<size_t> counts(static_cast<size_t>(n), op.count), displs(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) displs[static_cast<size_t>(j)] = static_cast<size_t>(j) * op.count;
+  const void* send = op.send;
+  if (op.send == op.recv) {  // in place: the blocks we still have to send must not be overwritten
+    std::byte* copy = ctx.scratch(op.count * elem * static_cast<size_t>(n));
+    std::memcpy(copy, op.send, op.count * elem * static_cast<size_t>(n));
+    send = copy;
+  }
+  pairwise(ctx, op, send, counts.data(), displs.data(), counts.data(), displs.data());
+}
+
+void allToAllvPairwise(Context& ctx, const Op& op) {
+  pairwise(ctx, op, op.send, op.sendCounts.data(), op.sendDispls.data(), op.recvCounts.data(), op.recvDispls.data());
+}
+
+}  // namespace chorus::algo

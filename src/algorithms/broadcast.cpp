@@ -1,1 +1,49 @@
-// placeholder
+// Broadcast: direct (root stages, all copy out) and pipeline (a chain from the root).
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+void broadcastDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = stageChunkElems(shm, elem, 1);
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off);
+    const int h = ctx.nextStageHalf();
+    if (me == op.root) kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+    ctx.syncAll();
+    if (me != op.root) {
+      kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem);
+    } else if (op.send != op.recv) {
+      kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem);
+    }
+  }
+}
+
+void broadcastPipeline(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t bytes = op.count * elem;
+  const int pos = mod(r - op.root, n);
+  std::vector<engine::Transfer> ts;
+  if (pos == 0) {
+    if (op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+    ts.push_back(engine::Transfer::send(mod(r + 1, n), op.send, bytes, elem, ctx.tag()));
+  } else {
+    ts.push_back(engine::Transfer::recv(mod(r - 1, n), op.recv, bytes, elem, ctx.tag()));
+    if (pos < n - 1) {
+      auto fwd = engine::Transfer::send(mod(r + 1, n), op.recv, bytes, elem, ctx.tag());
+      fwd.waitFor = 0;  // forward bytes as they arrive
+      ts.push_back(fwd);
+    }
+  }
+  ctx.run(ts);
+}
+
+}  // namespace chorus::algo

@@ -1,1 +1,50 @@
-// placeholder
+// Reduce: direct (root reduces all staged chunks) and pipeline (a chain towards the root).
+#include <algorithm>
+
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+void reduceDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = stageChunkElems(shm, elem, 1);
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off);
+    const int h = ctx.nextStageHalf();
+    kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+    ctx.syncAll();
+    if (me == op.root) {
+      for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
+      kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+    }
+  }
+}
+
+void reducePipeline(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t bytes = op.count * elem;
+  const int pos = mod(r - op.root, n);  // data flows from position n-1 down to the root (0)
+  const int from = mod(r + 1, n), to = mod(r - 1, n);
+  std::vector<engine::Transfer> ts;
+  if (pos == n - 1) {
+    ts.push_back(engine::Transfer::send(to, op.send, bytes, elem, ctx.tag()));
+  } else if (pos == 0) {
+    ts.push_back(engine::Transfer::recvReduce(from, op.recv, op.send, bytes, op.type, op.op, avgDivisor(op, n),
+                                              ctx.tag()));
+  } else {
+    std::byte* partial = ctx.scratch(bytes);
+    ts.push_back(engine::Transfer::recvReduce(from, partial, op.send, bytes, op.type, op.op, 0, ctx.tag()));
+    auto fwd = engine::Transfer::send(to, partial, bytes, elem, ctx.tag());
+    fwd.waitFor = 0;
+    ts.push_back(fwd);
+  }
+  ctx.run(ts);
+}
+
+}  // namespace chorus::algo

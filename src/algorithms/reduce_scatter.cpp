@@ -1,1 +1,59 @@
-// placeholder
+// ReduceScatter: direct (shared staging) and ring.
+#include <algorithm>
+
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+// Direct: each rank stages all n blocks of a chunk; rank r reduces block r of every peer's stage
+// straight into its output. One synchronisation per chunk.
+void reduceScatterDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off);
+    const int h = ctx.nextStageHalf();
+    std::byte* mine = shm.stage(me, h);
+    for (int j = 0; j < n; ++j) {
+      kernels::copy(mine + static_cast<size_t>(j) * ce * elem, at(op.send, static_cast<size_t>(j) * op.count + off, elem),
+                    ce * elem);
+    }
+    ctx.syncAll();
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
+    kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+  }
+}
+
+// Ring: block r-s-1 travels one hop per step, each rank adding its own contribution; partial
+// sums live in scratch; the last step lands in the output.
+void reduceScatterRing(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t blockBytes = op.count * elem;
+  std::byte* partial = ctx.scratch(blockBytes * static_cast<size_t>(n));
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  std::vector<engine::Transfer> ts;
+  ts.reserve(static_cast<size_t>(2 * (n - 1)));
+  int lastRecv = -1;
+  for (int s = 0; s < n - 1; ++s) {
+    int si = mod(r - s - 1, n), ri = mod(r - s - 2, n);
+    const void* src = s == 0 ? at(op.send, static_cast<size_t>(si) * op.count, elem)
+                             : static_cast<const void*>(partial + static_cast<size_t>(si) * blockBytes);
+    auto snd = engine::Transfer::send(next, src, blockBytes, elem, ctx.tag());
+    snd.waitFor = lastRecv;
+    ts.push_back(snd);
+    bool last = s == n - 2;
+    void* dst = last ? op.recv : static_cast<void*>(partial + static_cast<size_t>(ri) * blockBytes);
+    ts.push_back(engine::Transfer::recvReduce(prev, dst, at(op.send, static_cast<size_t>(ri) * op.count, elem),
+                                              blockBytes, op.type, op.op, last ? avgDivisor(op, n) : 0, ctx.tag()));
+    lastRecv = static_cast<int>(ts.size()) - 1;
+  }
+  ctx.run(ts);
+}
+
+}  // namespace chorus::algo

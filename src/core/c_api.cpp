@@ -1,1 +1,297 @@
-// placeholder
+// The C ABI: handles, error codes and last-error text over the C++ implementation.
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "bootstrap/env_init.hpp"
+#include "bootstrap/unique_id.hpp"
+#include "chorus/chorus.h"
+#include "core/api.hpp"
+#include "core/comm_impl.hpp"
+#include "core/error.hpp"
+#include "core/group.hpp"
+
+struct chorusComm {
+  std::shared_ptr<chorus::CommImpl> impl;  // null once destroyed (the handle stays as a tombstone)
+};
+
+namespace chorus {
+namespace {
+
+// Every handle ever returned. Destroyed handles stay (a few bytes each) so that a later use is
+// recognised and reported instead of reading freed memory.
+std::mutex gHandlesMu;
+std::unordered_set<chorusComm*>& handles() {
+  static auto* set = new std::unordered_set<chorusComm*>();
+  return *set;
+}
+
+chorusComm_t newHandle(std::shared_ptr<CommImpl> impl) {
+  auto* h = new chorusComm{std::move(impl)};
+  std::lock_guard lk(gHandlesMu);
+  handles().insert(h);
+  return h;
+}
+
+std::shared_ptr<CommImpl> lookup(const chorusComm* comm, const char* call) {
+  if (comm == nullptr) fail(chorusInvalidArgument, strCat(call, ": communicator is NULL"));
+  std::lock_guard lk(gHandlesMu);
+  if (!handles().count(const_cast<chorusComm*>(comm))) {
+    fail(chorusInvalidArgument, strCat(call, ": not a communicator made by Chorus"));
+  }
+  if (!comm->impl) fail(chorusInvalidUsage, strCat(call, ": communicator was already destroyed or aborted"));
+  return comm->impl;
+}
+
+void noStream(void* stream, const char* call) {
+  if (stream != nullptr) {
+    fail(chorusInvalidArgument,
+         strCat(call, ": stream must be NULL for host buffers (this build has no CUDA support)"));
+  }
+}
+
+// Runs `body`, turning exceptions into result codes and recording the message.
+template <typename F>
+chorusResult_t guarded(const chorusComm* comm, F&& body) {
+  try {
+    body();
+    return chorusSuccess;
+  } catch (const Error& e) {
+    setThreadLastError(e.what());
+    std::shared_ptr<CommImpl> impl;
+    {
+      std::lock_guard lk(gHandlesMu);
+      if (comm && handles().count(const_cast<chorusComm*>(comm))) impl = comm->impl;
+    }
+    if (impl) impl->setLastError(e.what());
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    setThreadLastError("out of memory");
+    return chorusSystemError;
+  } catch (const std::exception& e) {
+    setThreadLastError(strCat("internal error: ", e.what()));
+    return chorusInternalError;
+  } catch (...) {
+    setThreadLastError("internal error: unknown exception");
+    return chorusInternalError;
+  }
+}
+
+DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
+ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
+
+chorusResult_t collective(chorusComm_t comm, void* stream, const char* call, Op op) {
+  return guarded(comm, [&] {
+    noStream(stream, call);
+    api::runBlocking(lookup(comm, call), std::move(op));
+  });
+}
+
+}  // namespace
+}  // namespace chorus
+
+using namespace chorus;
+
+extern "C" {
+
+chorusResult_t chorusGetVersion(int* version) {
+  return guarded(nullptr, [&] {
+    if (!version) failInvalid("chorusGetVersion: version is NULL");
+    *version = CHORUS_VERSION_CODE;
+  });
+}
+
+const char* chorusGetErrorString(chorusResult_t result) {
+  switch (result) {
+    case chorusSuccess: return "no error";
+    case chorusUnhandledCudaError: return "unhandled CUDA error";
+    case chorusSystemError: return "system error (shared memory, sockets or memory)";
+    case chorusInternalError: return "internal error";
+    case chorusInvalidArgument: return "invalid argument";
+    case chorusInvalidUsage: return "invalid usage";
+    case chorusRemoteError: return "remote error (a peer failed, died or aborted)";
+    case chorusInProgress: return "operation in progress";
+    case chorusTimeout: return "timed out";
+    default: return "unknown result code";
+  }
+}
+
+const char* chorusGetLastError(chorusComm_t comm) {
+  thread_local std::string copy;
+  copy = threadLastError();
+  if (comm) {
+    std::lock_guard lk(gHandlesMu);
+    if (handles().count(comm) && comm->impl) {
+      std::string s = comm->impl->lastError();
+      if (!s.empty()) copy = s;
+    }
+  }
+  return copy.c_str();
+}
+
+chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId) {
+  return guarded(nullptr, [&] {
+    if (!uniqueId) failInvalid("chorusGetUniqueId: uniqueId is NULL");
+    makeUniqueId(uniqueId);
+  });
+}
+
+chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId uniqueId, int rank) {
+  return guarded(nullptr, [&] {
+    if (!comm) failInvalid("chorusCommInitRank: comm is NULL");
+    *comm = nullptr;
+    if (nranks < 1) failInvalid("chorusCommInitRank: nranks ", nranks, " must be at least 1");
+    if (rank < 0 || rank >= nranks) failInvalid("chorusCommInitRank: rank ", rank, " is out of range [0, ", nranks, ")");
+    *comm = newHandle(CommImpl::create(storeForUniqueId(uniqueId), rank, nranks, Config{}));
+  });
+}
+
+chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist) {
+  (void)devlist;
+  return guarded(nullptr, [&] {
+    if (!comms) failInvalid("chorusCommInitAll: comms is NULL");
+    if (ndev < 1) failInvalid("chorusCommInitAll: ndev ", ndev, " must be at least 1");
+    auto impls = CommImpl::createLocal(ndev, Config{});
+    for (int i = 0; i < ndev; ++i) comms[i] = newHandle(std::move(impls[static_cast<size_t>(i)]));
+  });
+}
+
+chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm) {
+  return guarded(nullptr, [&] {
+    if (!comm) failInvalid("chorusCommInitFromEnv: comm is NULL");
+    *comm = nullptr;
+    EnvRendezvous rv = rendezvousFromEnvironment();
+    *comm = newHandle(CommImpl::create(rv.store, rv.rank, rv.size, Config{}, rv.keepAlive));
+  });
+}
+
+chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm) {
+  return guarded(comm, [&] {
+    if (!newcomm) failInvalid("chorusCommSplit: newcomm is NULL");
+    *newcomm = nullptr;
+    auto impl = lookup(comm, "chorusCommSplit");
+    if (group::active()) fail(chorusInvalidUsage, "chorusCommSplit cannot be called inside a group");
+    impl->checkUsable();
+    auto child = impl->split(color, key);
+    if (child) *newcomm = newHandle(std::move(child));
+  });
+}
+
+chorusResult_t chorusCommDestroy(chorusComm_t comm) {
+  return guarded(comm, [&] {
+    std::shared_ptr<CommImpl> impl = lookup(comm, "chorusCommDestroy");
+    std::lock_guard lk(gHandlesMu);
+    comm->impl.reset();
+  });
+}
+
+chorusResult_t chorusCommAbort(chorusComm_t comm) {
+  return guarded(comm, [&] {
+    std::shared_ptr<CommImpl> impl = lookup(comm, "chorusCommAbort");
+    impl->abort();
+    std::lock_guard lk(gHandlesMu);
+    comm->impl.reset();
+  });
+}
+
+chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
+  return guarded(comm, [&] {
+    if (!asyncError) failInvalid("chorusCommGetAsyncError: asyncError is NULL");
+    *asyncError = lookup(comm, "chorusCommGetAsyncError")->asyncError();
+  });
+}
+
+chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
+  return guarded(comm, [&] {
+    if (!count) failInvalid("chorusCommCount: count is NULL");
+    *count = lookup(comm, "chorusCommCount")->size();
+  });
+}
+
+chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
+  return guarded(comm, [&] {
+    if (!rank) failInvalid("chorusCommUserRank: rank is NULL");
+    *rank = lookup(comm, "chorusCommUserRank")->rank();
+  });
+}
+
+chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               chorusRedOp_t op, chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusAllReduce",
+                    api::makeOp(OpKind::AllReduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op)));
+}
+
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chorusDataType_t datatype,
+                                   chorusRedOp_t op, chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusReduceScatter",
+                    api::makeOp(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, dtypeOf(datatype), redopOf(op)));
+}
+
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
+                               chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusAllGather",
+                    api::makeOp(OpKind::AllGather, sendbuff, recvbuff, sendcount, dtypeOf(datatype)));
+}
+
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
+                               chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusBroadcast",
+                    api::makeOp(OpKind::Broadcast, sendbuff, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, root));
+}
+
+chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                            chorusRedOp_t op, int root, chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusReduce",
+                    api::makeOp(OpKind::Reduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op), root));
+}
+
+chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                              chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusAllToAll",
+                    api::makeOp(OpKind::AllToAll, sendbuff, recvbuff, count, dtypeOf(datatype)));
+}
+
+chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls, void* recvbuff,
+                               const size_t* recvcounts, const size_t* rdispls, chorusDataType_t datatype,
+                               chorusComm_t comm, void* stream) {
+  return guarded(comm, [&] {
+    noStream(stream, "chorusAllToAllv");
+    auto impl = lookup(comm, "chorusAllToAllv");
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
+      failInvalid("chorusAllToAllv: counts and displacements must not be NULL");
+    }
+    auto n = static_cast<size_t>(impl->size());
+    Op op = api::makeOp(OpKind::AllToAllv, sendbuff, recvbuff, 0, dtypeOf(datatype));
+    op.sendCounts.assign(sendcounts, sendcounts + n);
+    op.sendDispls.assign(sdispls, sdispls + n);
+    op.recvCounts.assign(recvcounts, recvcounts + n);
+    op.recvDispls.assign(rdispls, rdispls + n);
+    api::runBlocking(impl, std::move(op));
+  });
+}
+
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          void* stream) {
+  return collective(comm, stream, "chorusSend",
+                    api::makeOp(OpKind::Send, sendbuff, nullptr, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
+}
+
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
+                          void* stream) {
+  return collective(comm, stream, "chorusRecv",
+                    api::makeOp(OpKind::Recv, nullptr, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
+}
+
+chorusResult_t chorusBarrier(chorusComm_t comm, void* stream) {
+  return collective(comm, stream, "chorusBarrier", api::makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
+}
+
+chorusResult_t chorusGroupStart(void) {
+  return guarded(nullptr, [] { group::start(); });
+}
+
+chorusResult_t chorusGroupEnd(void) {
+  return guarded(nullptr, [] { group::end(); });
+}
+
+}  // extern "C"

@@ -1,1 +1,394 @@
-// placeholder
+#include "core/comm_impl.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace chorus {
+
+namespace {
+
+constexpr uint16_t kPointToPointTag = 0xFFFF;
+
+bool isReducing(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::Reduce;
+}
+
+bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a);
+  auto pb = reinterpret_cast<uintptr_t>(b);
+  return abytes && bbytes && pa < pb + bbytes && pb < pa + abytes;
+}
+
+// count * k * elemSize, or a clear error if it does not fit.
+size_t checkedBytes(size_t count, size_t k, size_t elem, const char* call) {
+  constexpr size_t kMax = size_t{1} << 47;  // the pipe framing carries 48-bit lengths
+  if (count != 0 && (k > kMax / count || count * k > kMax / elem)) {
+    failInvalid(call, ": count ", count, (k > 1 ? strCat(" x ", k, " ranks") : std::string()), " x ", elem,
+                " bytes overflows the largest supported message (", kMax, " bytes)");
+  }
+  return count * k * elem;
+}
+
+}  // namespace
+
+const char* opKindName(OpKind k) {
+  switch (k) {
+    case OpKind::AllReduce: return "allreduce";
+    case OpKind::ReduceScatter: return "reducescatter";
+    case OpKind::AllGather: return "allgather";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Reduce: return "reduce";
+    case OpKind::AllToAll: return "alltoall";
+    case OpKind::AllToAllv: return "alltoallv";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
+    case OpKind::Barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+// ---- Validation -----------------------------------------------------------------------------------
+
+void CommImpl::validate(const Op& op) const {
+  const char* call = opKindName(op.kind);
+  auto where = [&] { return strCat(call, " on rank ", rank_, " of ", size_); };
+  if (op.kind == OpKind::Barrier) return;
+  int t = static_cast<int>(op.type);
+  if (t < 0 || t >= kNumDataTypes) failInvalid(where(), ": unknown datatype ", t);
+  if (isReducing(op.kind)) {
+    int o = static_cast<int>(op.op);
+    if (o < 0 || o >= kNumReduceOps) failInvalid(where(), ": unknown reduction op ", o);
+  }
+  const size_t elem = dataTypeSize(op.type);
+  const auto n = static_cast<size_t>(size_);
+  auto needPtr = [&](const void* p, size_t bytes, const char* which) {
+    if (bytes && p == nullptr) failInvalid(where(), ": ", which, " is NULL but count is ", op.count);
+  };
+  auto noPartialOverlap = [&](size_t sbytes, size_t rbytes, bool inPlace) {
+    if (!inPlace && overlaps(op.send, sbytes, op.recv, rbytes)) {
+      failInvalid(where(), ": send and receive buffers overlap without being in place");
+    }
+  };
+  switch (op.kind) {
+    case OpKind::AllReduce: {
+      size_t b = checkedBytes(op.count, 1, elem, call);
+      needPtr(op.send, b, "sendbuff");
+      needPtr(op.recv, b, "recvbuff");
+      noPartialOverlap(b, b, op.send == op.recv);
+      break;
+    }
+    case OpKind::ReduceScatter: {
+      size_t b = checkedBytes(op.count, n, elem, call);
+      needPtr(op.send, b, "sendbuff");
+      needPtr(op.recv, b / n, "recvbuff");
+      bool inPlace = static_cast<const std::byte*>(op.send) + static_cast<size_t>(rank_) * (b / n) == op.recv;
+      noPartialOverlap(b, b / n, inPlace);
+      break;
+    }
+    case OpKind::AllGather: {
+      size_t b = checkedBytes(op.count, n, elem, call);
+      needPtr(op.send, b / n, "sendbuff");
+      needPtr(op.recv, b, "recvbuff");
+      bool inPlace = static_cast<const std::byte*>(op.recv) + static_cast<size_t>(rank_) * (b / n) == op.send;
+      noPartialOverlap(b / n, b, inPlace);
+      break;
+    }
+    case OpKind::Broadcast:
+    case OpKind::Reduce: {
+      if (op.root < 0 || op.root >= size_) failInvalid(where(), ": root ", op.root, " is out of range [0, ", size_, ")");
+      size_t b = checkedBytes(op.count, 1, elem, call);
+      bool isRoot = op.root == rank_;
+      if (op.kind == OpKind::Broadcast) {
+        if (isRoot) needPtr(op.send, b, "sendbuff (root)");
+        needPtr(op.recv, b, "recvbuff");
+      } else {
+        needPtr(op.send, b, "sendbuff");
+        if (isRoot) needPtr(op.recv, b, "recvbuff (root)");
+      }
+      if (isRoot) noPartialOverlap(b, b, op.send == op.recv);
+      break;
+    }
+    case OpKind::AllToAll: {
+      size_t b = checkedBytes(op.count, n, elem, call);
+      needPtr(op.send, b, "sendbuff");
+      needPtr(op.recv, b, "recvbuff");
+      noPartialOverlap(b, b, op.send == op.recv);
+      break;
+    }
+    case OpKind::AllToAllv: {
+      if (op.sendCounts.size() != n || op.sendDispls.size() != n || op.recvCounts.size() != n ||
+          op.recvDispls.size() != n) {
+        failInvalid(where(), ": counts and displacements must each have ", n, " entries");
+      }
+      size_t sMax = 0, rMax = 0;
+      for (size_t j = 0; j < n; ++j) {
+        size_t se = checkedBytes(op.sendCounts[j], 1, elem, call), re = checkedBytes(op.recvCounts[j], 1, elem, call);
+        size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call), rd = checkedBytes(op.recvDispls[j], 1, elem, call);
+        if (se) sMax = std::max(sMax, sd + se);
+        if (re) rMax = std::max(rMax, rd + re);
+      }
+      needPtr(op.send, sMax, "sendbuff");
+      needPtr(op.recv, rMax, "recvbuff");
+      if (overlaps(op.send, sMax, op.recv, rMax)) failInvalid(where(), ": send and receive buffers overlap");
+      break;
+    }
+    case OpKind::Send:
+    case OpKind::Recv: {
+      if (op.peer < 0 || op.peer >= size_) failInvalid(where(), ": peer ", op.peer, " is out of range [0, ", size_, ")");
+      size_t b = checkedBytes(op.count, 1, elem, call);
+      needPtr(op.kind == OpKind::Send ? op.send : op.recv, b, "buffer");
+      break;
+    }
+    case OpKind::Barrier:
+      break;
+  }
+}
+
+// ---- Submission and ordering --------------------------------------------------------------------
+
+std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async) {
+  Task task;
+  task.ops = std::move(ops);
+  task.work = std::make_shared<WorkState>();
+  std::unique_lock lk(qmu_);
+  task.ticket = nextTicket_++;
+  if (async) {
+    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
+    auto work = task.work;
+    queue_.push_back(std::move(task));
+    qcv_.notify_all();
+    return work;
+  }
+  qcv_.wait(lk, [&] { return serving_ == task.ticket; });
+  lk.unlock();
+  runTask(task);
+  lk.lock();
+  ++serving_;
+  qcv_.notify_all();
+  return task.work;
+}
+
+void CommImpl::workerLoop() {
+  std::unique_lock lk(qmu_);
+  for (;;) {
+    qcv_.wait(lk, [&] { return stopWorker_ || (!queue_.empty() && serving_ == queue_.front().ticket); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    runTask(task);
+    lk.lock();
+    ++serving_;
+    qcv_.notify_all();
+  }
+}
+
+void CommImpl::runTask(Task& task) {
+  if (int code = failCode_.load(); code != chorusSuccess) {
+    std::lock_guard lk(errMu_);
+    task.work->complete(static_cast<chorusResult_t>(code), strCat("communicator is broken: ", failMessage_));
+    return;
+  }
+  try {
+    executeGroup(task.ops);
+    task.work->complete(chorusSuccess);
+  } catch (const Error& e) {
+    markFailed(e.code(), e.what());
+    task.work->complete(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    std::string m = strCat("rank ", rank_, ": out of memory during ", opWhat_);
+    markFailed(chorusSystemError, m);
+    task.work->complete(chorusSystemError, m);
+  } catch (const std::exception& e) {
+    std::string m = strCat("rank ", rank_, ": internal error during ", opWhat_, ": ", e.what());
+    markFailed(chorusInternalError, m);
+    task.work->complete(chorusInternalError, m);
+  }
+}
+
+void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
+  {
+    std::lock_guard lk(errMu_);
+    if (failCode_.load() == chorusSuccess) {
+      failMessage_ = message;
+      failCode_.store(code);
+    }
+    lastError_ = message;
+  }
+  if (shm_) shm_->publishFailure(code, message);
+}
+
+void CommImpl::abort() {
+  abortRequested_.store(true);
+  markFailed(chorusRemoteError, strCat("rank ", rank_, " aborted the communicator"));
+}
+
+void CommImpl::checkUsable() const {
+  if (int code = failCode_.load(); code != chorusSuccess) {
+    std::lock_guard lk(errMu_);
+    fail(static_cast<chorusResult_t>(code), strCat("communicator is broken: ", failMessage_));
+  }
+}
+
+std::string CommImpl::lastError() const {
+  std::lock_guard lk(errMu_);
+  return lastError_;
+}
+
+void CommImpl::setLastError(const std::string& message) {
+  std::lock_guard lk(errMu_);
+  lastError_ = message;
+}
+
+// ---- Execution ------------------------------------------------------------------------------------
+
+std::string CommImpl::describe(const Op& op, const char* algorithm) const {
+  return strCat(opKindName(op.kind), " #", collSeq_, " (", op.count, " x ", dataTypeName(op.type),
+                algorithm ? strCat(", ", algorithm) : std::string(), ")");
+}
+
+void CommImpl::executeGroup(const std::vector<Op>& ops) {
+  opDeadline_ = engine::Clock::now() + config_.timeout;
+  std::vector<engine::Transfer> p2p;
+  for (const Op& op : ops) {
+    if (op.isPointToPoint()) {
+      size_t bytes = op.messageBytes();
+      size_t elem = dataTypeSize(op.type);
+      p2p.push_back(op.kind == OpKind::Send ? engine::Transfer::send(op.peer, op.send, bytes, elem, kPointToPointTag)
+                                            : engine::Transfer::recv(op.peer, op.recv, bytes, elem, kPointToPointTag));
+    } else {
+      executeCollective(op);
+    }
+  }
+  if (!p2p.empty()) {
+    opWhat_ = p2p.size() == 1 ? strCat(p2p[0].kind == engine::TransferKind::Send ? "send to rank " : "recv from rank ",
+                                       p2p[0].peer)
+                              : strCat("group of ", p2p.size(), " sends/receives");
+    tag_ = kPointToPointTag;
+    run(p2p);
+  }
+}
+
+void CommImpl::executeLocally(const Op& op) {
+  // One rank: every collective is a copy (Avg divides by 1).
+  size_t bytes = op.messageBytes();
+  switch (op.kind) {
+    case OpKind::AllToAllv:
+      if (op.sendCounts[0]) {
+        size_t elem = dataTypeSize(op.type);
+        std::memmove(static_cast<std::byte*>(op.recv) + op.recvDispls[0] * elem,
+                     static_cast<const std::byte*>(op.send) + op.sendDispls[0] * elem, op.sendCounts[0] * elem);
+      }
+      return;
+    case OpKind::Barrier:
+      return;
+    default:
+      if (bytes && op.send != op.recv && op.recv) std::memmove(op.recv, op.send, bytes);
+  }
+}
+
+void CommImpl::executeCollective(const Op& op) {
+  ++collSeq_;
+  tag_ = static_cast<uint16_t>(collSeq_ % 0xFFFF);
+  if (size_ == 1) {
+    opWhat_ = describe(op, nullptr);
+    executeLocally(op);
+    return;
+  }
+  if (op.kind == OpKind::AllToAllv && op.sendCounts.size() != static_cast<size_t>(size_)) {
+    fail(chorusInternalError, "alltoallv without counts reached the engine");
+  }
+  size_t bytes = op.messageBytes();
+  int sizeClass = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
+  auto key = std::make_tuple(static_cast<int>(op.kind), sizeClass, static_cast<int>(op.type));
+  const algo::Algorithm* algorithm;
+  if (auto it = decisions_.find(key); it != decisions_.end()) {
+    algorithm = it->second;
+  } else {
+    algorithm = &algo::select(op, size_, shm_ != nullptr, rules_);
+    decisions_[key] = algorithm;
+    logInfo("rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
+            formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name, " (",
+            algorithm->description, ")");
+  }
+  opWhat_ = describe(op, algorithm->name);
+  algorithm->run(*this, op);
+}
+
+// ---- Context for algorithms ---------------------------------------------------------------------
+
+engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, config_.timeout); }
+
+void CommImpl::run(std::span<engine::Transfer> transfers) {
+  engine::Waiter waiter = makeWaiter();
+  engine::runTransfers(transfers, *this, rank_, waiter, opWhat_);
+}
+
+void CommImpl::syncAll() {
+  const uint64_t target = ++syncCounter_;
+  shm_->setSyncFlag(target);
+  engine::Waiter waiter = makeWaiter();
+  int next = 0;  // ranks below `next` have arrived
+  for (;;) {
+    while (next < size_ && shm_->syncFlag(next) >= target) ++next;
+    if (next == size_) return;
+    waiter.idle([&] {
+      std::string missing;
+      for (int r = 0; r < size_; ++r) {
+        if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
+      }
+      return strCat("rank ", rank_, ": ", opWhat_, ": waiting for rank(s) ", missing, " to arrive");
+    });
+  }
+}
+
+std::byte* CommImpl::scratch(size_t bytes, int slot) {
+  Scratch& s = scratch_[slot & 1];
+  if (s.bytes < bytes) {
+    size_t want = alignUp(std::max(bytes, s.bytes * 2), 4096);
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, want));
+    if (!p) fail(chorusSystemError, strCat("rank ", rank_, ": cannot allocate ", formatBytes(want), " of scratch"));
+    std::free(s.ptr);
+    scratchBytes_ += want - s.bytes;
+    s.ptr = p;
+    s.bytes = want;
+  }
+  return s.ptr;
+}
+
+transport::SendPipe& CommImpl::sendPipe(int peer) { return shm_->sendPipe(peer); }
+transport::RecvPipe& CommImpl::recvPipe(int peer) { return shm_->recvPipe(peer); }
+
+size_t CommImpl::memoryBytes() const { return (shm_ ? shm_->ownBytes() : 0) + scratchBytes_.load(); }
+
+// ---- Health --------------------------------------------------------------------------------------
+
+void CommImpl::checkHealth() {
+  if (abortRequested_.load()) {
+    fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: the communicator was aborted"));
+  }
+  if (shm_) {
+    std::string text;
+    int peer = shm_->findPeerFailure(&text);
+    if (peer >= 0) {
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: rank ", peer, " failed: ", text));
+    }
+  }
+  for (size_t r = 0; r < peerPidfds_.size(); ++r) {
+    int fd = peerPidfds_[r];
+    if (fd < 0) continue;
+    struct pollfd p {fd, POLLIN, 0};
+    if (poll(&p, 1, 0) > 0) {
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: rank ", r, " (", hosts_[r].describe(),
+                                     ") died"));
+    }
+  }
+}
+
+}  // namespace chorus

@@ -1,1 +1,191 @@
-// placeholder
+// Communicator creation, splitting and teardown.
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+#include "core/comm_impl.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace chorus {
+
+namespace {
+
+std::string randomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      failSystem("getrandom");
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (char c : raw) {
+    out += hex[(static_cast<unsigned char>(c) >> 4) & 0xF];
+    out += hex[static_cast<unsigned char>(c) & 0xF];
+  }
+  return out;
+}
+
+int openPidfd(int pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : static_cast<int>(fd);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+CommImpl::CommImpl(int rank, int size, const Config& config) : rank_(rank), size_(size), config_(config) {}
+
+std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int rank, int size, const Config& config,
+                                           std::shared_ptr<void> keepAlive) {
+  if (size < 1) failInvalid("communicator size ", size, " must be at least 1");
+  if (rank < 0 || rank >= size) failInvalid("rank ", rank, " is out of range [0, ", size, ")");
+  if (!store) failInvalid("rank ", rank, ": no store given for rendezvous");
+  Config resolved = resolveConfig(config);
+  std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
+  comm->rules_ = algo::parseRules(resolved.algo);
+  comm->init(std::move(store), std::move(keepAlive));
+  return comm;
+}
+
+void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive) {
+  keepAlive_ = std::move(keepAlive);
+  const auto timeout = config_.timeout;
+  // Several communicators may rendezvous on one store: each rank counts the communicators it has
+  // created there, and the n-th of every rank meet under the same prefix.
+  int64_t generation = store->add(strCat("chorus/rank", rank_, "/comms"), 1);
+  store_ = makePrefixStore(strCat("chorus/comm", generation, "/"), store);
+
+  HostIdentity me = HostIdentity::local();
+  store_->setString(strCat("host/", rank_), me.serialize());
+  std::string id;
+  if (rank_ == 0) {
+    id = randomHex(12);
+    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_));
+  }
+  std::string params = store_->getString("params", timeout);
+  {
+    // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.
+    char idBuf[64] = {0};
+    unsigned long long stage = 0, fifo = 0;
+    int n = 0;
+    if (std::sscanf(params.c_str(), "%63s %llu %llu %d", idBuf, &stage, &fifo, &n) != 4) {
+      fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
+    }
+    if (n != size_) {
+      failInvalid("rank ", rank_, " joined a communicator of ", size_, " ranks but rank 0 created one of ", n);
+    }
+    id = idBuf;
+    config_.shmStageBytes = stage;
+    config_.shmFifoBytes = fifo;
+  }
+  hosts_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    std::string text = r == rank_ ? me.serialize() : store_->getString(strCat("host/", r), timeout);
+    auto h = HostIdentity::parse(text);
+    if (!h) fail(chorusRemoteError, strCat("rank ", rank_, ": malformed host identity from rank ", r));
+    hosts_[static_cast<size_t>(r)] = *h;
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {
+      fail(chorusInvalidUsage,
+           strCat("rank ", rank_, " (", me.hostname, ") and rank ", r, " (", hosts_[static_cast<size_t>(r)].hostname,
+                  ") are on different hosts or network namespaces; this build of Chorus has only the "
+                  "shared-memory transport, so all ranks must share one host"));
+    }
+  }
+  if (size_ > 1) {
+    transport::ShmGroupOptions options;
+    options.jobTag = id;
+    options.fifoBytes = config_.shmFifoBytes;
+    options.stageBytes = config_.shmStageBytes;
+    options.timeout = timeout;
+    shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
+  }
+  peerPidfds_.assign(static_cast<size_t>(size_), -1);
+  for (int r = 0; r < size_; ++r) {
+    const HostIdentity& h = hosts_[static_cast<size_t>(r)];
+    if (r != rank_ && h.pid != me.pid && h.samePidNamespace(me)) peerPidfds_[static_cast<size_t>(r)] = openPidfd(h.pid);
+  }
+  logInfo("rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ", timeout.count(), " ms)");
+}
+
+std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Config& config) {
+  if (size < 1) failInvalid("createLocal: size ", size, " must be at least 1");
+  auto store = makeInProcessStore();
+  const auto n = static_cast<size_t>(size);
+  std::vector<std::shared_ptr<CommImpl>> impls(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        impls[r] = create(store, static_cast<int>(r), size, config);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return impls;
+}
+
+CommImpl::~CommImpl() {
+  {
+    std::lock_guard lk(qmu_);
+    stopWorker_ = true;
+  }
+  qcv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  for (int fd : peerPidfds_) {
+    if (fd >= 0) close(fd);
+  }
+  for (auto& s : scratch_) std::free(s.ptr);
+}
+
+std::shared_ptr<CommImpl> CommImpl::split(int color, int key) {
+  if (color < CHORUS_SPLIT_NOCOLOR) failInvalid("split on rank ", rank_, ": color ", color, " must be >= 0 or CHORUS_SPLIT_NOCOLOR");
+  std::vector<int64_t> all(static_cast<size_t>(size_) * 2);
+  int64_t mine[2] = {color, key};
+  Op gather;
+  gather.kind = OpKind::AllGather;
+  gather.send = mine;
+  gather.recv = all.data();
+  gather.count = 2;
+  gather.type = DataType::Int64;
+  auto work = submit({gather}, false);
+  work->rethrow();
+  const uint64_t seq = splitSeq_++;
+  if (color == CHORUS_SPLIT_NOCOLOR) return nullptr;
+  std::vector<std::pair<int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < size_; ++r) {
+    if (all[static_cast<size_t>(r) * 2] == color) members.emplace_back(all[static_cast<size_t>(r) * 2 + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  int newRank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank_) newRank = static_cast<int>(i);
+  }
+  auto childStore = makePrefixStore(strCat("split", seq, "/color", color, "/"), store_);
+  return create(childStore, newRank, static_cast<int>(members.size()), config_, keepAlive_);
+}
+
+}  // namespace chorus

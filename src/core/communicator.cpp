@@ -1,1 +1,156 @@
-// placeholder
+// The public C++ Communicator: builds an Op, validates it, then runs it (or queues it in a group).
+#include "bootstrap/env_init.hpp"
+#include "core/api.hpp"
+#include "core/comm_impl.hpp"
+#include "core/error.hpp"
+#include "core/group.hpp"
+
+namespace chorus {
+
+namespace {
+
+CommImpl& live(const std::shared_ptr<CommImpl>& impl) {
+  if (!impl) fail(chorusInvalidUsage, "use of a moved-from or destroyed Communicator");
+  return *impl;
+}
+
+}  // namespace
+
+Op api::makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+               int peer) {
+  Op o;
+  o.kind = kind;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.type = type;
+  o.op = op;
+  o.root = root;
+  o.peer = peer;
+  return o;
+}
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, const Config& config)
+    : impl_(CommImpl::create(std::move(store), rank, size, config)) {}
+
+Communicator::Communicator(std::shared_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
+
+Communicator Communicator::fromEnvironment(const Config& config) {
+  EnvRendezvous rv = rendezvousFromEnvironment();
+  return Communicator(CommImpl::create(rv.store, rv.rank, rv.size, config, rv.keepAlive));
+}
+
+std::vector<Communicator> Communicator::createLocal(int size, const Config& config) {
+  std::vector<Communicator> out;
+  for (auto& impl : CommImpl::createLocal(size, config)) out.emplace_back(std::move(impl));
+  return out;
+}
+
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return live(impl_).rank(); }
+int Communicator::size() const { return live(impl_).size(); }
+
+void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
+  CommImpl& c = live(impl);
+  c.validate(op);
+  if (group::active()) {
+    group::add(impl, std::move(op));
+    return;
+  }
+  c.checkUsable();
+  c.submit({std::move(op)}, false)->rethrow();
+}
+
+Work api::runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
+  CommImpl& c = live(impl);
+  c.validate(op);
+  if (group::active()) fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
+  c.checkUsable();
+  return Work(c.submit({std::move(op)}, true));
+}
+
+using api::makeOp;
+using api::runAsync;
+using api::runBlocking;
+
+void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  runBlocking(impl_, makeOp(OpKind::AllReduce, send, recv, count, type, op));
+}
+void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+  runBlocking(impl_, makeOp(OpKind::ReduceScatter, send, recv, recvCount, type, op));
+}
+void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type) {
+  runBlocking(impl_, makeOp(OpKind::AllGather, send, recv, sendCount, type));
+}
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root) {
+  runBlocking(impl_, makeOp(OpKind::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
+}
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  runBlocking(impl_, makeOp(OpKind::Reduce, send, recv, count, type, op, root));
+}
+void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type) {
+  runBlocking(impl_, makeOp(OpKind::AllToAll, send, recv, count, type));
+}
+void Communicator::allToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
+                             void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+                             DataType type) {
+  Op o = makeOp(OpKind::AllToAllv, send, recv, 0, type);
+  o.sendCounts.assign(sendCounts.begin(), sendCounts.end());
+  o.sendDispls.assign(sendDispls.begin(), sendDispls.end());
+  o.recvCounts.assign(recvCounts.begin(), recvCounts.end());
+  o.recvDispls.assign(recvDispls.begin(), recvDispls.end());
+  runBlocking(impl_, std::move(o));
+}
+void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
+  runBlocking(impl_, makeOp(OpKind::Send, buf, nullptr, count, type, ReduceOp::Sum, -1, peer));
+}
+void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
+  runBlocking(impl_, makeOp(OpKind::Recv, nullptr, buf, count, type, ReduceOp::Sum, -1, peer));
+}
+void Communicator::barrier() { runBlocking(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8)); }
+
+Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  return runAsync(impl_, makeOp(OpKind::AllReduce, send, recv, count, type, op));
+}
+Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+  return runAsync(impl_, makeOp(OpKind::ReduceScatter, send, recv, recvCount, type, op));
+}
+Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type) {
+  return runAsync(impl_, makeOp(OpKind::AllGather, send, recv, sendCount, type));
+}
+Work Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root) {
+  return runAsync(impl_, makeOp(OpKind::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
+}
+Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+  return runAsync(impl_, makeOp(OpKind::Reduce, send, recv, count, type, op, root));
+}
+Work Communicator::allToAllAsync(const void* send, void* recv, size_t count, DataType type) {
+  return runAsync(impl_, makeOp(OpKind::AllToAll, send, recv, count, type));
+}
+Work Communicator::barrierAsync() { return runAsync(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8)); }
+
+std::optional<Communicator> Communicator::split(int color, int key) {
+  CommImpl& c = live(impl_);
+  if (group::active()) fail(chorusInvalidUsage, "split cannot be called inside a group");
+  c.checkUsable();
+  auto child = c.split(color, key);
+  if (!child) return std::nullopt;
+  return Communicator(std::move(child));
+}
+
+void Communicator::abort() { live(impl_).abort(); }
+chorusResult_t Communicator::asyncError() const { return live(impl_).asyncError(); }
+std::string Communicator::lastError() const { return live(impl_).lastError(); }
+size_t Communicator::memoryBytes() const { return live(impl_).memoryBytes(); }
+
+void Communicator::checkSpan(size_t expected, size_t got, const char* call) {
+  if (expected != got) failInvalid(call, ": span sizes disagree (expected ", expected, " elements, got ", got, ")");
+}
+
+void groupStart() { group::start(); }
+void groupEnd() { group::end(); }
+
+}  // namespace chorus

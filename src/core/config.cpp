@@ -1,1 +1,117 @@
-// placeholder
+#include "core/config.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace chorus {
+
+std::optional<size_t> parseByteSize(const std::string& text) {
+  if (text == "inf" || text == "max") return std::numeric_limits<size_t>::max();
+  if (text.empty()) return std::nullopt;
+  size_t pos = 0;
+  unsigned long long v = 0;
+  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+    unsigned long long next = v * 10 + static_cast<unsigned long long>(text[pos] - '0');
+    if (next / 10 != v) return std::nullopt;
+    v = next;
+    ++pos;
+  }
+  if (pos == 0) return std::nullopt;
+  int shift = 0;
+  if (pos < text.size()) {
+    switch (text[pos]) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      default: return std::nullopt;
+    }
+    ++pos;
+    if (pos < text.size() && (text[pos] == 'i' || text[pos] == 'I')) ++pos;
+    if (pos < text.size() && (text[pos] == 'b' || text[pos] == 'B')) ++pos;
+  }
+  if (pos != text.size()) return std::nullopt;
+  if (shift && v > (std::numeric_limits<unsigned long long>::max() >> shift)) return std::nullopt;
+  return static_cast<size_t>(v << shift);
+}
+
+namespace {
+
+EnvConfig readEnv() {
+  EnvConfig c;
+  auto note = [&c](const std::string& m) {
+    if (c.parseError.empty()) c.parseError = m;
+  };
+  // CHORUS_DEBUG: NONE | WARN | INFO | TRACE (default WARN).
+  if (const char* v = std::getenv("CHORUS_DEBUG")) {
+    std::string s = v;
+    for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (s == "NONE" || s == "0") c.logLevel = LogLevel::None;
+    else if (s == "WARN") c.logLevel = LogLevel::Warn;
+    else if (s == "INFO") c.logLevel = LogLevel::Info;
+    else if (s == "TRACE") c.logLevel = LogLevel::Trace;
+    else note(strCat("CHORUS_DEBUG='", v, "' is not one of NONE, WARN, INFO, TRACE"));
+  }
+  // CHORUS_TIMEOUT: seconds (may be fractional) any single wait may take (default 300).
+  if (const char* v = std::getenv("CHORUS_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(s > 0) || s > 1e7) {
+      note(strCat("CHORUS_TIMEOUT='", v, "' is not a positive number of seconds"));
+    } else {
+      c.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000.0)));
+    }
+  }
+  // CHORUS_ALGO: algorithm overrides, grammar in algorithms/selection.cpp (default empty).
+  if (const char* v = std::getenv("CHORUS_ALGO")) c.algo = v;
+  // CHORUS_SHM_STAGE_BYTES: per-rank shared staging area for direct algorithms (default 4M, min 64K).
+  if (const char* v = std::getenv("CHORUS_SHM_STAGE_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30)) {
+      note(strCat("CHORUS_SHM_STAGE_BYTES='", v, "' must be a size between 64K and 1G"));
+    } else {
+      c.shmStageBytes = *b;
+    }
+  }
+  // CHORUS_SHM_FIFO_BYTES: bytes of each point-to-point shared-memory FIFO (default 1M, min 4K).
+  if (const char* v = std::getenv("CHORUS_SHM_FIFO_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b < 4096 || *b > (size_t{1} << 30)) {
+      note(strCat("CHORUS_SHM_FIFO_BYTES='", v, "' must be a size between 4K and 1G"));
+    } else {
+      c.shmFifoBytes = *b;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+const EnvConfig& envConfig() {
+  static const EnvConfig config = readEnv();
+  return config;
+}
+
+Config resolveConfig(const Config& user) {
+  const EnvConfig& env = envConfig();
+  if (!env.parseError.empty()) failInvalid(env.parseError);
+  Config c = user;
+  if (c.timeout.count() <= 0) c.timeout = env.timeout;
+  if (c.algo.empty()) c.algo = env.algo;
+  if (c.shmStageBytes == 0) c.shmStageBytes = env.shmStageBytes;
+  if (c.shmFifoBytes == 0) c.shmFifoBytes = env.shmFifoBytes;
+  if (c.shmStageBytes < (size_t{64} << 10)) failInvalid("Config::shmStageBytes must be at least 64 KiB");
+  if (c.shmFifoBytes < 4096) failInvalid("Config::shmFifoBytes must be at least 4 KiB");
+  // Sizes must keep 64-byte alignment of every region in the shared segment.
+  c.shmStageBytes = alignUp(c.shmStageBytes, 128);
+  c.shmFifoBytes = alignUp(c.shmFifoBytes, 64);
+  return c;
+}
+
+Config Config::fromEnvironment() { return resolveConfig(Config{}); }
+
+}  // namespace chorus

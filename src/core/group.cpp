@@ -1,1 +1,56 @@
-// placeholder
+#include "core/group.hpp"
+
+#include <vector>
+
+#include "core/comm_impl.hpp"
+#include "core/error.hpp"
+
+namespace chorus::group {
+
+namespace {
+struct State {
+  int depth = 0;
+  std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops;
+};
+thread_local State tState;
+}  // namespace
+
+bool active() { return tState.depth > 0; }
+
+void add(std::shared_ptr<CommImpl> comm, Op op) { tState.ops.emplace_back(std::move(comm), std::move(op)); }
+
+void start() { ++tState.depth; }
+
+void end() {
+  if (tState.depth == 0) fail(chorusInvalidUsage, "groupEnd without a matching groupStart");
+  if (--tState.depth > 0) return;
+  auto ops = std::move(tState.ops);
+  tState.ops.clear();
+  // Per communicator, in the order of first use.
+  std::vector<std::pair<std::shared_ptr<CommImpl>, std::vector<Op>>> perComm;
+  for (auto& [comm, op] : ops) {
+    auto it = perComm.begin();
+    while (it != perComm.end() && it->first != comm) ++it;
+    if (it == perComm.end()) {
+      perComm.emplace_back(comm, std::vector<Op>{});
+      it = perComm.end() - 1;
+    }
+    it->second.push_back(std::move(op));
+  }
+  if (perComm.empty()) return;
+  if (perComm.size() == 1) {
+    perComm[0].first->submit(std::move(perComm[0].second), false)->rethrow();
+    return;
+  }
+  // Several communicators of this process (ranks as threads): each runs its part on its own
+  // worker so that they can progress together.
+  std::vector<std::shared_ptr<WorkState>> works;
+  for (auto& [comm, list] : perComm) works.push_back(comm->submit(std::move(list), true));
+  for (auto& w : works) {
+    std::unique_lock lk(w->mu);
+    w->cv.wait(lk, [&] { return w->done; });
+  }
+  for (auto& w : works) w->rethrow();
+}
+
+}  // namespace chorus::group

@@ -1,1 +1,214 @@
-// placeholder
+#include "engine/transfer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/cpu/reduce.hpp"
+
+namespace chorus::engine {
+
+namespace {
+
+constexpr uint64_t kLengthBits = 48;
+constexpr uint64_t kLengthMask = (uint64_t{1} << kLengthBits) - 1;
+constexpr uint16_t kTagSalt = 0xC3A5;
+
+uint64_t makeHeader(uint16_t tag, size_t bytes) {
+  return (uint64_t{static_cast<uint16_t>(tag ^ kTagSalt)} << kLengthBits) | (bytes & kLengthMask);
+}
+
+size_t padOf(size_t bytes) { return alignUp(bytes, 8) - bytes; }
+
+const char* kindName(TransferKind k) {
+  return k == TransferKind::Send ? "send to" : k == TransferKind::Recv ? "receive from" : "receive+reduce from";
+}
+
+// Each step function moves as much as the pipe allows and reports whether anything moved.
+bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
+  bool moved = false;
+  if (t.phase == 0) {
+    std::span<std::byte> s = pipe.reserve();
+    if (s.size() < 8) return false;
+    uint64_t h = makeHeader(t.tag, t.bytes);
+    std::memcpy(s.data(), &h, 8);
+    pipe.commit(8);
+    t.phase = 1;
+    moved = true;
+  }
+  if (t.phase == 1) {
+    while (t.done < t.bytes) {
+      size_t limit = t.bytes;
+      if (t.waitFor >= 0) limit = std::min(limit, all[static_cast<size_t>(t.waitFor)].done);
+      if (limit <= t.done) break;
+      std::span<std::byte> s = pipe.reserve();
+      size_t n = std::min(s.size(), limit - t.done);
+      n -= n % t.elemSize;
+      if (n == 0) break;
+      std::memcpy(s.data(), t.src + t.done, n);
+      pipe.commit(n);
+      t.done += n;
+      moved = true;
+    }
+    if (t.done == t.bytes) t.phase = 2;
+  }
+  if (t.phase == 2) {
+    size_t pad = padOf(t.bytes);
+    if (pad) {
+      std::span<std::byte> s = pipe.reserve();
+      if (s.size() < pad) return moved;
+      pipe.commit(pad);
+    }
+    t.phase = 3;
+    moved = true;
+  }
+  return moved;
+}
+
+bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::string& what) {
+  bool moved = false;
+  if (t.phase == 0) {
+    std::span<const std::byte> s = pipe.peek();
+    if (s.size() < 8) return false;
+    uint64_t h;
+    std::memcpy(&h, s.data(), 8);
+    uint16_t tag = static_cast<uint16_t>((h >> kLengthBits) ^ kTagSalt);
+    size_t len = static_cast<size_t>(h & kLengthMask);
+    if (tag != t.tag || len != t.bytes) {
+      fail(chorusInvalidUsage,
+           strCat("rank ", self, ": ", what, ": message from rank ", t.peer, " has ", len, " bytes (tag ", tag,
+                  ") but this rank expected ", t.bytes, " bytes (tag ", t.tag,
+                  "); the ranks called different operations, counts or types"));
+    }
+    pipe.consume(8);
+    t.phase = 1;
+    moved = true;
+  }
+  if (t.phase == 1) {
+    while (t.done < t.bytes) {
+      std::span<const std::byte> s = pipe.peek();
+      size_t n = std::min(s.size(), t.bytes - t.done);
+      n -= n % t.elemSize;
+      if (n == 0) break;
+      if (t.kind == TransferKind::Recv) {
+        std::memcpy(t.dst + t.done, s.data(), n);
+      } else {
+        const void* srcs[2] = {t.src + t.done, s.data()};
+        kernels::reduce(t.dst + t.done, srcs, 2, n / t.elemSize, t.dtype, t.op, t.avgDivisor);
+      }
+      pipe.consume(n);
+      t.done += n;
+      moved = true;
+    }
+    if (t.done == t.bytes) t.phase = 2;
+  }
+  if (t.phase == 2) {
+    size_t pad = padOf(t.bytes);
+    if (pad) {
+      std::span<const std::byte> s = pipe.peek();
+      if (s.size() < pad) return moved;
+      pipe.consume(pad);
+    }
+    t.phase = 3;
+    moved = true;
+  }
+  return moved;
+}
+
+// Sends to and receives from this rank itself pair up in order and complete by local copy.
+void runSelfTransfers(std::span<Transfer> ts, int self, const std::string& what) {
+  std::vector<size_t> sends, recvs;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].peer != self) continue;
+    (ts[i].kind == TransferKind::Send ? sends : recvs).push_back(i);
+  }
+  if (sends.size() != recvs.size()) {
+    fail(chorusInvalidUsage, strCat("rank ", self, ": ", what, ": ", sends.size(), " sends to self but ",
+                                    recvs.size(), " receives from self in the same group"));
+  }
+  for (size_t k = 0; k < sends.size(); ++k) {
+    Transfer& s = ts[sends[k]];
+    Transfer& r = ts[recvs[k]];
+    if (s.bytes != r.bytes) {
+      fail(chorusInvalidUsage, strCat("rank ", self, ": ", what, ": send to self of ", s.bytes,
+                                      " bytes matched with a receive of ", r.bytes, " bytes"));
+    }
+    if (r.kind == TransferKind::Recv) {
+      if (r.dst != s.src && s.bytes) std::memmove(r.dst, s.src, s.bytes);
+    } else {
+      const void* srcs[2] = {r.src, s.src};
+      kernels::reduce(r.dst, srcs, 2, r.bytes / r.elemSize, r.dtype, r.op, r.avgDivisor);
+    }
+    s.done = s.bytes;
+    r.done = r.bytes;
+    s.phase = r.phase = 3;
+  }
+}
+
+}  // namespace
+
+Transfer Transfer::recvReduce(int peer, void* dst, const void* local, size_t bytes, DataType type, ReduceOp op,
+                              int avgDivisor, uint16_t tag) {
+  Transfer t;
+  t.kind = TransferKind::RecvReduce;
+  t.peer = peer;
+  t.dst = static_cast<std::byte*>(dst);
+  t.src = static_cast<const std::byte*>(local);
+  t.bytes = bytes;
+  t.elemSize = dataTypeSize(type);
+  t.dtype = type;
+  t.op = op;
+  t.avgDivisor = avgDivisor;
+  t.tag = tag;
+  return t;
+}
+
+void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& waiter, const std::string& what) {
+  runSelfTransfers(ts, self, what);
+  // blockedBy[i]: the previous transfer on the same pipe (same peer and direction), or -1.
+  std::vector<int> blockedBy(ts.size(), -1);
+  std::unordered_map<int64_t, int> lastOnPipe;
+  size_t remaining = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].complete()) continue;
+    ++remaining;
+    int64_t key = int64_t{ts[i].peer} * 2 + (ts[i].kind == TransferKind::Send ? 1 : 0);
+    auto it = lastOnPipe.find(key);
+    if (it != lastOnPipe.end()) blockedBy[i] = it->second;
+    lastOnPipe[key] = static_cast<int>(i);
+  }
+  auto describe = [&]() {
+    std::string s = strCat("rank ", self, ": ", what, " stalled:");
+    int shown = 0;
+    for (const Transfer& t : ts) {
+      if (t.complete()) continue;
+      if (shown++ == 8) {
+        s += " ...";
+        break;
+      }
+      s += strCat(" [", kindName(t.kind), " rank ", t.peer, ": ", t.done, " of ", t.bytes, " bytes]");
+    }
+    return s;
+  };
+  while (remaining > 0) {
+    bool moved = false;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      Transfer& t = ts[i];
+      if (t.complete()) continue;
+      if (blockedBy[i] >= 0 && !ts[static_cast<size_t>(blockedBy[i])].complete()) continue;
+      bool m = t.kind == TransferKind::Send ? stepSend(t, ts, pipes.sendPipe(t.peer))
+                                            : stepRecv(t, pipes.recvPipe(t.peer), self, what);
+      moved |= m;
+      if (t.complete()) --remaining;
+    }
+    if (moved) {
+      waiter.progressed();
+    } else {
+      waiter.idle(describe);
+    }
+  }
+}
+
+}  // namespace chorus::engine

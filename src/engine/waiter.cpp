@@ -1,1 +1,45 @@
-// placeholder
+#include "engine/waiter.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include "core/error.hpp"
+
+namespace chorus::engine {
+
+namespace {
+// After this long idle, yield turns into sleeping (growing from kMinSleep to kMaxSleep).
+constexpr auto kYieldFor = std::chrono::microseconds(2000);
+constexpr auto kMinSleep = std::chrono::microseconds(20);
+constexpr auto kMaxSleep = std::chrono::microseconds(500);
+constexpr auto kHealthEvery = std::chrono::milliseconds(10);
+}  // namespace
+
+void Waiter::slowIdle(std::string (*describe)(const void*), const void* ctx) {
+  if (health_.abortRequested()) health_.checkHealth();
+  Clock::time_point now = Clock::now();
+  if (idleCount_ == kSpinPolls) {
+    idleSince_ = now;
+    if (lastHealthCheck_ == Clock::time_point{}) lastHealthCheck_ = now;
+  }
+  if (now - lastHealthCheck_ >= kHealthEvery) {
+    lastHealthCheck_ = now;
+    health_.checkHealth();
+  }
+  if (now >= deadline_) {
+    fail(chorusTimeout, strCat(describe(ctx), " (timed out after ", timeout_.count(),
+                               " ms; CHORUS_TIMEOUT or Config::timeout sets the limit)"));
+  }
+  auto idleFor = now - idleSince_;
+  if (idleFor < kYieldFor) {
+    sched_yield();
+    return;
+  }
+  auto sleepFor = kMinSleep * (1 + (idleFor - kYieldFor) / std::chrono::milliseconds(5));
+  if (sleepFor > kMaxSleep) sleepFor = kMaxSleep;
+  struct timespec ts {};
+  ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(sleepFor).count();
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace chorus::engine

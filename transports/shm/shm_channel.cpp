@@ -1,1 +1,43 @@
-// placeholder
+#include "transports/shm/shm_channel.hpp"
+
+#include <algorithm>
+
+namespace chorus::transport {
+
+std::span<std::byte> ShmSendPipe::reserve() {
+  uint64_t used = head_ - cachedTail_;
+  if (used == capacity_) {
+    // Acquire pairs with the receiver's release in consume(): it finished reading those bytes.
+    cachedTail_ = ctrl_->tail.load(std::memory_order_acquire);
+    used = head_ - cachedTail_;
+    if (used == capacity_) return {};
+  }
+  size_t pos = static_cast<size_t>(head_ % capacity_);
+  size_t n = std::min<size_t>(capacity_ - used, capacity_ - pos);
+  return {data_ + pos, n};
+}
+
+void ShmSendPipe::commit(size_t n) {
+  head_ += n;
+  // Release publishes the bytes written before it to the receiver's acquire load of head.
+  ctrl_->head.store(head_, std::memory_order_release);
+}
+
+std::span<const std::byte> ShmRecvPipe::peek() {
+  uint64_t avail = cachedHead_ - tail_;
+  if (avail == 0) {
+    cachedHead_ = ctrl_->head.load(std::memory_order_acquire);
+    avail = cachedHead_ - tail_;
+    if (avail == 0) return {};
+  }
+  size_t pos = static_cast<size_t>(tail_ % capacity_);
+  size_t n = std::min<size_t>(avail, capacity_ - pos);
+  return {data_ + pos, n};
+}
+
+void ShmRecvPipe::consume(size_t n) {
+  tail_ += n;
+  ctrl_->tail.store(tail_, std::memory_order_release);
+}
+
+}  // namespace chorus::transport

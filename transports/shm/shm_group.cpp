@@ -1,1 +1,120 @@
-// placeholder
+#include "transports/shm/shm_group.hpp"
+
+#include <cstring>
+#include <new>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace chorus::transport {
+
+namespace {
+constexpr uint64_t kMagic = 0x43484f5255534d31ull;  // "CHORUSM1"
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kFailTextBytes = 1024;
+}  // namespace
+
+struct ShmGroup::Header {
+  uint64_t magic;
+  int32_t rank;
+  int32_t nranks;
+  uint64_t fifoBytes;
+  uint64_t stageBytes;
+  alignas(64) std::atomic<uint64_t> syncFlag;
+  alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
+  char failText[kFailTextBytes];
+};
+
+
+ShmGroup::Header* ShmGroup::header(int r) const {
+  static_assert(sizeof(Header) <= kHeaderBytes);
+  return static_cast<Header*>(segments_[static_cast<size_t>(r)].data());
+}
+
+ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& options)
+    : rank_(rank), nranks_(nranks), fifoBytes_(options.fifoBytes), stageHalf_(options.stageBytes / 2) {
+  const size_t fifoSlot = sizeof(FifoControl) + fifoBytes_;
+  const size_t fifoRegion = nranks > 1 ? fifoSlot * static_cast<size_t>(nranks) : 0;
+  segmentBytes_ = kHeaderBytes + fifoRegion + 2 * stageHalf_;
+  auto nameOf = [&](int r) { return strCat("/chorus-", options.jobTag, "-", r); };
+
+  segments_.resize(static_cast<size_t>(nranks));
+  segments_[static_cast<size_t>(rank)] = ShmSegment::create(nameOf(rank), segmentBytes_);
+  auto* own = static_cast<Header*>(segments_[static_cast<size_t>(rank)].data());
+  new (own) Header{};
+  own->magic = kMagic;
+  own->rank = rank;
+  own->nranks = nranks;
+  own->fifoBytes = fifoBytes_;
+  own->stageBytes = 2 * stageHalf_;
+  // FIFO control words start at zero: the segment is fresh from posix_fallocate (zero-filled).
+
+  const std::string keyBase = "shm/";
+  store.setString(strCat(keyBase, "created/", rank), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < nranks; ++r) keys.push_back(strCat(keyBase, "created/", r));
+  store.wait(keys, options.timeout);
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    segments_[static_cast<size_t>(r)] = ShmSegment::open(nameOf(r), segmentBytes_);
+    Header* h = header(r);
+    if (h->magic != kMagic || h->rank != r || h->nranks != nranks) {
+      fail(chorusInternalError, strCat("rank ", rank, ": shared memory segment ", nameOf(r),
+                                       " does not belong to rank ", r, " of this communicator"));
+    }
+  }
+  // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
+  store.setString(strCat(keyBase, "mapped/", rank), "1");
+  keys.clear();
+  for (int r = 0; r < nranks; ++r) keys.push_back(strCat(keyBase, "mapped/", r));
+  store.wait(keys, options.timeout);
+  segments_[static_cast<size_t>(rank)].unlink();
+
+  sendPipes_.resize(static_cast<size_t>(nranks));
+  recvPipes_.resize(static_cast<size_t>(nranks));
+  stages_.resize(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    auto* base = static_cast<std::byte*>(segments_[static_cast<size_t>(r)].data());
+    stages_[static_cast<size_t>(r)] = base + kHeaderBytes + fifoRegion;
+    if (r == rank || nranks == 1) continue;
+    // Pipe rank -> r lives in r's segment, slot `rank`; pipe r -> rank lives in ours, slot `r`.
+    std::byte* slotOut = base + kHeaderBytes + fifoSlot * static_cast<size_t>(rank);
+    sendPipes_[static_cast<size_t>(r)] = std::make_unique<ShmSendPipe>(
+        reinterpret_cast<FifoControl*>(slotOut), slotOut + sizeof(FifoControl), fifoBytes_);
+    auto* ownBase = static_cast<std::byte*>(segments_[static_cast<size_t>(rank)].data());
+    std::byte* slotIn = ownBase + kHeaderBytes + fifoSlot * static_cast<size_t>(r);
+    recvPipes_[static_cast<size_t>(r)] = std::make_unique<ShmRecvPipe>(
+        reinterpret_cast<FifoControl*>(slotIn), slotIn + sizeof(FifoControl), fifoBytes_);
+  }
+  logInfo("rank ", rank, ": shared memory ready, ", nranks, " segments of ", formatBytes(segmentBytes_));
+}
+
+ShmGroup::~ShmGroup() = default;
+
+void ShmGroup::setSyncFlag(uint64_t value) { header(rank_)->syncFlag.store(value, std::memory_order_release); }
+
+uint64_t ShmGroup::syncFlag(int r) const { return header(r)->syncFlag.load(std::memory_order_acquire); }
+
+void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
+  Header* h = header(rank_);
+  if (h->failCode.load(std::memory_order_acquire) != 0) return;
+  size_t n = std::min(text.size(), kFailTextBytes - 1);
+  std::memcpy(h->failText, text.data(), n);
+  h->failText[n] = '\0';
+  h->failCode.store(static_cast<uint32_t>(code == chorusSuccess ? chorusRemoteError : code),
+                    std::memory_order_release);
+}
+
+int ShmGroup::findPeerFailure(std::string* text) const {
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    Header* h = header(r);
+    if (h->failCode.load(std::memory_order_acquire) != 0) {
+      if (text) *text = std::string(h->failText, strnlen(h->failText, kFailTextBytes));
+      return r;
+    }
+  }
+  return -1;
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,499 @@
+// Templated CPU reduction kernels, compiled once per instruction set.
+//
+// Included by reduce_portable.cpp (the baseline target: SSE2 on x86-64) and reduce_avx2.cpp
+// (-mavx2 -mf16c -mfma). Each defines CHORUS_KERNELS_ISA, the namespace its copy lives in, before
+// including this file. Apart from the two entry points, everything is in an anonymous namespace and
+// no standard-library template is used: the two translation units are compiled for different
+// targets, and an inline function or template instantiation shared between them would be kept only
+// once by the linker, possibly in its AVX2 form, which the portable path would then run on CPUs
+// without AVX2. (memcpy/memmove are out-of-line libc calls; type traits generate no code.)
+//
+// Semantics (see reduce.hpp for the contract):
+// - The reduction order is fixed: ((s0 op s1) op s2) op ... whatever dst aliases, and both
+//   implementations do the same IEEE operations in the same order, so for inputs without NaN their
+//   results are bitwise identical (no FMA contraction: there is no multiply-add in these kernels).
+// - Integers: Sum/Prod in the unsigned type of the same width (wrap-around), Max/Min signed or
+//   unsigned as the type is. Avg divides the wrapped sum, truncating toward zero.
+// - Float16/BFloat16: every source is widened to float32, the whole reduction (and the Avg division)
+//   runs in float32 and the result is rounded once to nearest even. float32 -> half/bfloat16 of a
+//   NaN keeps the sign and the top payload bits and sets the quiet bit (as F16C's vcvtps2ph does);
+//   half -> float32 of a NaN sets the quiet bit too (as vcvtph2ps does).
+// - Max/Min on floating types propagate NaN: if any source element is NaN the result is the first
+//   NaN in source order (srcs[0] first), bit for bit for float32/float64 and quieted for
+//   float16/bfloat16. Without NaN, max(a, b) = a > b ? a : b and min(a, b) = a < b ? a : b, so of
+//   two equal values (+0 and -0) the later source's wins. The same in both implementations.
+// - Sum/Prod/Avg with a NaN input give a NaN; which payload is unspecified.
+// - nsrcs == 1 without an Avg division is a plain copy (NaN payloads untouched).
+// - nsrcs > 2 works on blocks of kBlockBytes: acc = s0 op s1, acc op= s2 ... in a stack
+//   buffer of the accumulation type that stays in L1, then dst = acc op s[n-1] (rounded/divided),
+//   so each source is read once and dst written once, whichever source dst aliases.
+#ifndef CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_
+#define CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_
+
+#ifndef CHORUS_KERNELS_ISA
+#error "define CHORUS_KERNELS_ISA (portable or avx2) before including reduce_impl.hpp"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "chorus/chorus.hpp"
+
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#define CHORUS_KERNELS_VECTOR_AVX2 1
+#else
+#define CHORUS_KERNELS_VECTOR_AVX2 0
+#endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace chorus::kernels::CHORUS_KERNELS_ISA {
+
+// Entry points (declared for the dispatcher in dispatch_internal.hpp). They assume valid arguments
+// (nsrcs >= 1, a known type and op); dispatch.cpp checks them.
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor);
+void copy(void* dst, const void* src, size_t bytes);
+
+namespace {
+
+// Bytes of accumulator per block when nsrcs > 2 (float32: 4096 elements; half of a 32 KiB L1D).
+constexpr size_t kBlockBytes = 16 * 1024;
+
+// copy() switches to non-temporal stores from this size on. Measured on the development machine
+// (AMD EPYC Milan, 32 MiB L3, glibc 2.36), bytes read + written per second for a repeated copy:
+//   size     memcpy      streaming stores
+//   8 MiB    70 GB/s     46 GB/s   (source and destination stay in L3: memcpy wins)
+//   16 MiB   30-40 GB/s  45 GB/s
+//   32 MiB   21 GB/s     41 GB/s
+//   64 MiB   19 GB/s     39 GB/s
+// so streaming only pays once source plus destination no longer fit in L3 (16 MiB copies here).
+// Streaming also evicts the destination from cache, which hurts a reader that follows at once;
+// below the threshold that reader gets it from L3.
+constexpr size_t kNonTemporalThreshold = 16u << 20;
+
+inline size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
+
+// ---- Scalar conversions (branch-free so that the portable build vectorises them) ---------------
+
+inline uint32_t bitsOf(float f) { return __builtin_bit_cast(uint32_t, f); }
+inline float floatOf(uint32_t u) { return __builtin_bit_cast(float, u); }
+
+// IEEE binary16 -> binary32, exact. NaN: payload kept, quiet bit set (as vcvtph2ps).
+inline float halfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t mag = h & 0x7fffu;  // exponent and mantissa
+  // Normal: move the 10 mantissa bits to the top of float's 23 and re-bias the exponent (15 -> 127).
+  const uint32_t normal = (mag << 13) + (uint32_t(127 - 15) << 23);
+  // Infinity/NaN: all-ones exponent, same payload; NaN made quiet.
+  const uint32_t special = (mag << 13) | 0x7f800000u | (mag > 0x7c00u ? 0x00400000u : 0u);
+  // Zero/subnormal: mantissa * 2^-24, exact in float.
+  const uint32_t tiny = bitsOf(float(int32_t(mag)) * 0x1p-24f);
+  const uint32_t r = mag >= 0x7c00u ? special : (mag < 0x0400u ? tiny : normal);
+  return floatOf(r | sign);
+}
+
+// IEEE binary32 -> binary16, round to nearest even; overflow to infinity. NaN: sign and the top 10
+// payload bits kept, quiet bit set (as vcvtps2ph).
+inline uint16_t floatToHalf(float f) {
+  const uint32_t u = bitsOf(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x03ffu);
+  // Normal result: re-bias the exponent, add just under half an ulp plus the lowest kept bit
+  // (ties go to even), drop 13 bits. A carry out of the mantissa correctly bumps the exponent.
+  const uint32_t normal = ((a - (uint32_t(127 - 15) << 23)) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+  // Subnormal result (|f| < 2^-14): adding 0.5f, whose ulp is 2^-24 (the half subnormal step),
+  // rounds |f| to a multiple of 2^-24 (nearest even); the low bits are then that multiple (0..1024;
+  // 1024 is the smallest normal half, also correct).
+  const uint32_t tiny = bitsOf(floatOf(a) + 0.5f) - bitsOf(0.5f);
+  uint32_t r = a < 0x38800000u ? tiny : normal;
+  r = a >= 0x477ff000u ? 0x7c00u : r;  // 65520 and above round to infinity (infinity included)
+  r = a > 0x7f800000u ? nan : r;
+  return uint16_t(r | sign);
+}
+
+inline float bf16ToFloat(uint16_t b) { return floatOf(uint32_t(b) << 16); }
+
+// binary32 -> bfloat16, round to nearest even (overflow to infinity falls out of the carry). NaN:
+// sign and top payload bits kept, quiet bit set.
+inline uint16_t floatToBf16(float f) {
+  const uint32_t u = bitsOf(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x0040u;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+// ---- Element types: storage <-> accumulation ------------------------------------------------------
+
+template <typename T>
+struct Elem {
+  using Acc = T;
+  static Acc load(T x) { return x; }
+  static T store(Acc a) { return a; }
+};
+template <>
+struct Elem<Half> {
+  using Acc = float;
+  static float load(Half x) { return halfToFloat(x.bits); }
+  static Half store(float a) { return Half{floatToHalf(a)}; }
+};
+template <>
+struct Elem<BFloat16> {
+  using Acc = float;
+  static float load(BFloat16 x) { return bf16ToFloat(x.bits); }
+  static BFloat16 store(float a) { return BFloat16{floatToBf16(a)}; }
+};
+
+// ---- Operations (scalar, and AVX2 for float/double) ------------------------------------------------
+
+template <typename A>
+inline constexpr bool kIsInt = std::is_integral_v<A>;
+
+struct OpSum {
+  template <typename A>
+  static A apply(A a, A b) {
+    if constexpr (kIsInt<A>) {
+      using U = std::make_unsigned_t<A>;
+      return A(U(U(a) + U(b)));
+    } else {
+      return a + b;
+    }
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  static __m256 vec(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256d vec(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
+#endif
+};
+
+struct OpProd {
+  template <typename A>
+  static A apply(A a, A b) {
+    if constexpr (kIsInt<A>) {
+      using U = std::make_unsigned_t<A>;
+      // 8-bit operands promote to int; 255 * 255 still fits, so no signed overflow.
+      return A(U(U(a) * U(b)));
+    } else {
+      return a * b;
+    }
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  static __m256 vec(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256d vec(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
+#endif
+};
+
+struct OpMax {
+  template <typename A>
+  static A apply(A a, A b) {
+    if constexpr (kIsInt<A>) {
+      return a > b ? a : b;
+    } else {
+      return a != a ? a : (a > b ? a : b);  // NaN in a (the earlier sources) wins; then NaN in b
+    }
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  // vmaxps(a, b) is a > b ? a : b (so b when either is NaN); then a where a is NaN.
+  static __m256 vec(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+  static __m256d vec(__m256d a, __m256d b) {
+    return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+  }
+#endif
+};
+
+struct OpMin {
+  template <typename A>
+  static A apply(A a, A b) {
+    if constexpr (kIsInt<A>) {
+      return a < b ? a : b;
+    } else {
+      return a != a ? a : (a < b ? a : b);
+    }
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  static __m256 vec(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+  static __m256d vec(__m256d a, __m256d b) {
+    return _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+  }
+#endif
+};
+
+// ---- Finishing step applied to the last combination (Avg's division, or nothing) ----------------
+
+struct NoFinish {
+  template <typename A>
+  A operator()(A a) const {
+    return a;
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  __m256 vec(__m256 v) const { return v; }
+  __m256d vec(__m256d v) const { return v; }
+#endif
+};
+
+// Division by avgDivisor (> 0) in the accumulation type A.
+template <typename A>
+struct DivFinish {
+  int divisor;
+  A operator()(A a) const {
+    if constexpr (!kIsInt<A>) {
+      return a / A(divisor);
+    } else if constexpr (sizeof(A) <= 4 && std::is_signed_v<A>) {
+      // |a| < 2^31 and divisor < 2^31: the correctly rounded double quotient never crosses an
+      // integer, so truncating it is the exact truncated quotient (and this vectorises).
+      return A(int32_t(double(int32_t(a)) / double(divisor)));
+    } else if constexpr (sizeof(A) <= 4) {
+      return A(int64_t(double(a) / double(divisor)));  // same argument; quotient < 2^32
+    } else {
+      return A(a / A(divisor));  // 64-bit: integer division (divisor > 0: no INT64_MIN / -1)
+    }
+  }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  __m256 vec(__m256 v) const { return _mm256_div_ps(v, _mm256_set1_ps(float(divisor))); }
+  __m256d vec(__m256d v) const { return _mm256_div_pd(v, _mm256_set1_pd(double(divisor))); }
+#endif
+};
+
+// ---- AVX2 loads and stores of 8 (float-like) or 4 (double) elements ------------------------------
+
+#if CHORUS_KERNELS_VECTOR_AVX2
+template <typename T>
+struct Vec {
+  static constexpr bool kOk = false;
+};
+template <>
+struct Vec<float> {
+  static constexpr bool kOk = true;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+};
+template <>
+struct Vec<double> {
+  static constexpr bool kOk = true;
+  using V = __m256d;
+  static constexpr size_t kLanes = 4;
+  static V load(const double* p) { return _mm256_loadu_pd(p); }
+  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+};
+template <>
+struct Vec<Half> {
+  static constexpr bool kOk = true;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  static V load(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store(Half* p, V v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+template <>
+struct Vec<BFloat16> {
+  static constexpr bool kOk = true;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  static V load(const BFloat16* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static void store(BFloat16* p, V v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
+    const __m256i isNan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, nan, isNan);  // each 32-bit lane holds 0..0xffff
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+};
+#endif
+
+// ---- Element loops ------------------------------------------------------------------------------
+// d[i] = finish(a[i] op b[i]) for i in [0, n), each side converted from its storage type to the
+// accumulation type and the result back. d may be the same pointer as a or b (not otherwise
+// overlapping), which is why the loops carry `ivdep` instead of relying on run-time alias checks:
+// the checks reject d == a and would fall back to scalar code for the common in-place case.
+
+template <typename Op, typename Fin, typename TO, typename TA, typename TB>
+inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
+  size_t i = 0;
+#if CHORUS_KERNELS_VECTOR_AVX2
+  if constexpr (Vec<TO>::kOk && Vec<TA>::kOk && Vec<TB>::kOk) {
+    constexpr size_t L = Vec<TA>::kLanes;
+    static_assert(Vec<TB>::kLanes == L && Vec<TO>::kLanes == L);
+    for (; i + 4 * L <= n; i += 4 * L) {
+      const auto x0 = Op::vec(Vec<TA>::load(a + i), Vec<TB>::load(b + i));
+      const auto x1 = Op::vec(Vec<TA>::load(a + i + L), Vec<TB>::load(b + i + L));
+      const auto x2 = Op::vec(Vec<TA>::load(a + i + 2 * L), Vec<TB>::load(b + i + 2 * L));
+      const auto x3 = Op::vec(Vec<TA>::load(a + i + 3 * L), Vec<TB>::load(b + i + 3 * L));
+      Vec<TO>::store(d + i, fin.vec(x0));
+      Vec<TO>::store(d + i + L, fin.vec(x1));
+      Vec<TO>::store(d + i + 2 * L, fin.vec(x2));
+      Vec<TO>::store(d + i + 3 * L, fin.vec(x3));
+    }
+    for (; i + L <= n; i += L) {
+      Vec<TO>::store(d + i, fin.vec(Op::vec(Vec<TA>::load(a + i), Vec<TB>::load(b + i))));
+    }
+  }
+#endif
+#pragma GCC ivdep
+  for (; i < n; ++i) {
+    d[i] = Elem<TO>::store(fin(Op::apply(Elem<TA>::load(a[i]), Elem<TB>::load(b[i]))));
+  }
+}
+
+// d[i] = finish(a[i]) (nsrcs == 1 with an Avg division).
+template <typename Fin, typename T>
+inline void unary(T* d, const T* a, size_t n, Fin fin) {
+  size_t i = 0;
+#if CHORUS_KERNELS_VECTOR_AVX2
+  if constexpr (Vec<T>::kOk) {
+    constexpr size_t L = Vec<T>::kLanes;
+    for (; i + 2 * L <= n; i += 2 * L) {
+      const auto x0 = Vec<T>::load(a + i);
+      const auto x1 = Vec<T>::load(a + i + L);
+      Vec<T>::store(d + i, fin.vec(x0));
+      Vec<T>::store(d + i + L, fin.vec(x1));
+    }
+    for (; i + L <= n; i += L) Vec<T>::store(d + i, fin.vec(Vec<T>::load(a + i)));
+  }
+#endif
+#pragma GCC ivdep
+  for (; i < n; ++i) d[i] = Elem<T>::store(fin(Elem<T>::load(a[i])));
+}
+
+template <typename T>
+inline const T* src(const void* const* srcs, int k) {
+  return static_cast<const T*>(srcs[k]);
+}
+
+template <typename T, typename Op, typename Fin>
+void reduceWith(T* dst, const void* const* srcs, int nsrcs, size_t count, Fin fin) {
+  using Acc = typename Elem<T>::Acc;
+  if (nsrcs == 1) {
+    unary(dst, src<T>(srcs, 0), count, fin);
+    return;
+  }
+  if (nsrcs == 2) {
+    binary<Op>(dst, src<T>(srcs, 0), src<T>(srcs, 1), count, fin);
+    return;
+  }
+  constexpr size_t kBlock = kBlockBytes / sizeof(Acc);
+  alignas(64) Acc acc[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t m = minSize(kBlock, count - base);
+    binary<Op>(acc, src<T>(srcs, 0) + base, src<T>(srcs, 1) + base, m, NoFinish{});
+    for (int k = 2; k < nsrcs - 1; ++k) binary<Op>(acc, acc, src<T>(srcs, k) + base, m, NoFinish{});
+    binary<Op>(dst + base, acc, src<T>(srcs, nsrcs - 1) + base, m, fin);
+  }
+}
+
+template <typename T>
+void reduceTyped(void* dstv, const void* const* srcs, int nsrcs, size_t count, ReduceOp op, int avgDivisor) {
+  using Acc = typename Elem<T>::Acc;
+  T* dst = static_cast<T*>(dstv);
+  const bool divide = op == ReduceOp::Avg && avgDivisor > 0;
+  if (nsrcs == 1 && !divide) {
+    if (dstv != srcs[0]) std::memcpy(dstv, srcs[0], count * sizeof(T));
+    return;
+  }
+  switch (op) {
+    case ReduceOp::Sum:
+      return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, NoFinish{});
+    case ReduceOp::Prod:
+      return reduceWith<T, OpProd>(dst, srcs, nsrcs, count, NoFinish{});
+    case ReduceOp::Max:
+      return reduceWith<T, OpMax>(dst, srcs, nsrcs, count, NoFinish{});
+    case ReduceOp::Min:
+      return reduceWith<T, OpMin>(dst, srcs, nsrcs, count, NoFinish{});
+    case ReduceOp::Avg:
+      if (divide) return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, DivFinish<Acc>{avgDivisor});
+      return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, NoFinish{});
+  }
+}
+
+// Copy with non-temporal stores: align the destination to 64 bytes, stream whole 64-byte lines,
+// fence, copy the tail.
+inline void streamCopy(void* dstv, const void* srcv, size_t bytes) {
+#if defined(__SSE2__)
+  auto* d = static_cast<unsigned char*>(dstv);
+  const auto* s = static_cast<const unsigned char*>(srcv);
+  const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const size_t body = bytes & ~size_t(63);
+  for (size_t i = 0; i < body; i += 64) {
+#if CHORUS_KERNELS_VECTOR_AVX2
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), x0);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), x1);
+#else
+    const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), x0);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), x1);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), x2);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), x3);
+#endif
+  }
+  _mm_sfence();
+  std::memcpy(d + body, s + body, bytes - body);
+#else
+  std::memcpy(dstv, srcv, bytes);
+#endif
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor) {
+  if (count == 0) return;
+  switch (type) {
+    case DataType::Int8:
+      return reduceTyped<int8_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Uint8:
+      return reduceTyped<uint8_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Int32:
+      return reduceTyped<int32_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Uint32:
+      return reduceTyped<uint32_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Int64:
+      return reduceTyped<int64_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Uint64:
+      return reduceTyped<uint64_t>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Float16:
+      return reduceTyped<Half>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Float32:
+      return reduceTyped<float>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::Float64:
+      return reduceTyped<double>(dst, srcs, nsrcs, count, op, avgDivisor);
+    case DataType::BFloat16:
+      return reduceTyped<BFloat16>(dst, srcs, nsrcs, count, op, avgDivisor);
+  }
+}
+
+void copy(void* dst, const void* src, size_t bytes) {
+  if (bytes >= kNonTemporalThreshold) {
+    streamCopy(dst, src, bytes);
+  } else if (bytes != 0) {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+}  // namespace chorus::kernels::CHORUS_KERNELS_ISA
+
+#endif  // CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_

@@ -1,0 +1,102 @@
+// Algorithms and the registry that names them.
+//
+// An algorithm is a function of (Context, Op): it turns one collective into transfers over the
+// pipes (engine/transfer.hpp) or into staged copies through the shared-memory area (direct
+// algorithms), using only what the Context offers. Adding an algorithm is one function in one file
+// and one line in the registry (selection.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/op.hpp"
+#include "engine/transfer.hpp"
+#include "engine/waiter.hpp"
+#include "transports/shm/shm_group.hpp"
+
+namespace chorus::algo {
+
+/// What an algorithm may use. Implemented by the communicator for the duration of one operation.
+class Context {
+ public:
+  virtual ~Context() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The shared-memory group, or nullptr when the ranks do not all share one host.
+  virtual transport::ShmGroup* shm() = 0;
+  /// Scratch memory owned by the communicator, at least `bytes`, 64-byte aligned. Slots 0 and 1
+  /// are distinct buffers; contents are not preserved between operations.
+  virtual std::byte* scratch(size_t bytes, int slot = 0) = 0;
+  /// Runs transfers to completion (deadline, abort and peer-death checks included).
+  virtual void run(std::span<engine::Transfer> transfers) = 0;
+  /// Direct algorithms: publish arrival at the next sync point and wait until every rank arrives.
+  virtual void syncAll() = 0;
+  /// Direct algorithms: which staging half (0/1) the next chunk uses; alternates across operations.
+  virtual int nextStageHalf() = 0;
+  /// Tag that identifies this operation's messages on the pipes.
+  virtual uint16_t tag() const = 0;
+};
+
+using AlgorithmFn = void (*)(Context& ctx, const Op& op);
+
+struct Algorithm {
+  OpKind kind;
+  const char* name;
+  const char* description;
+  bool needsSharedMemory;
+  AlgorithmFn run;
+};
+
+/// Every algorithm built in.
+std::span<const Algorithm> registry();
+
+/// One user override: for `kind`, messages of [lo, hi] bytes use algorithm `name`.
+struct Rule {
+  OpKind kind;
+  size_t lo = 0;
+  size_t hi = SIZE_MAX;
+  std::string name;
+};
+
+/// Parses the CHORUS_ALGO grammar: comma-separated `coll[:lo-hi]:algo` (sizes with k/m/g suffixes,
+/// `inf` for no upper bound), e.g. "allreduce:0-4k:rd,allreduce:4k-inf:ring,broadcast:pipeline".
+/// Throws chorusInvalidArgument naming the bad entry.
+std::vector<Rule> parseRules(const std::string& text);
+
+/// The algorithm for `op` on a communicator of `nranks` ranks: the first matching rule, else the
+/// built-in choice. `haveShm`: all ranks share a host.
+const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules);
+
+// The algorithms (one file each).
+void allReduceDirect(Context&, const Op&);
+void allReduceRing(Context&, const Op&);
+void allReduceRecursiveDoubling(Context&, const Op&);
+void reduceScatterDirect(Context&, const Op&);
+void reduceScatterRing(Context&, const Op&);
+void allGatherDirect(Context&, const Op&);
+void allGatherRing(Context&, const Op&);
+void broadcastDirect(Context&, const Op&);
+void broadcastPipeline(Context&, const Op&);
+void reduceDirect(Context&, const Op&);
+void reducePipeline(Context&, const Op&);
+void allToAllDirect(Context&, const Op&);
+void allToAllPairwise(Context&, const Op&);
+void allToAllvPairwise(Context&, const Op&);
+void barrierDirect(Context&, const Op&);
+void barrierPipes(Context&, const Op&);
+
+/// Elements of a partition of `count` into `parts` nearly equal slices, each a multiple of
+/// `granule` elements except possibly the last non-empty one: slice i is [offset(i), offset(i+1)).
+struct Slices {
+  size_t count, parts, per;
+  Slices(size_t count_, size_t parts_, size_t granule)
+      : count(count_), parts(parts_), per(alignUpElems((count_ + parts_ - 1) / parts_, granule)) {}
+  size_t offset(size_t i) const { return i * per < count ? i * per : count; }
+  size_t length(size_t i) const { return offset(i + 1) - offset(i); }
+  static size_t alignUpElems(size_t v, size_t g) { return g ? (v + g - 1) / g * g : v; }
+};
+
+}  // namespace chorus::algo

@@ -1,0 +1,19 @@
+// Barrier: shared-memory arrival counters, or a dissemination barrier over pipes.
+#include "algorithms/common.hpp"
+
+namespace chorus::algo {
+
+void barrierDirect(Context& ctx, const Op&) { ctx.syncAll(); }
+
+// Round k: notify rank r+2^k, wait for rank r-2^k; after ceil(log2 n) rounds everyone has heard
+// (indirectly) from everyone.
+void barrierPipes(Context& ctx, const Op&) {
+  const int n = ctx.size(), r = ctx.rank();
+  for (int dist = 1; dist < n; dist <<= 1) {
+    engine::Transfer ts[2] = {engine::Transfer::send(mod(r + dist, n), nullptr, 0, 1, ctx.tag()),
+                              engine::Transfer::recv(mod(r - dist, n), nullptr, 0, 1, ctx.tag())};
+    ctx.run(ts);
+  }
+}
+
+}  // namespace chorus::algo

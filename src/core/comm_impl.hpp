@@ -1,0 +1,141 @@
+// The communicator behind both APIs.
+//
+// Execution model: every operation gets a ticket when submitted and operations run strictly in
+// ticket order. Blocking calls run on the caller's thread when their turn comes (no hand-off
+// latency); asynchronous calls run on one worker thread per communicator, started on first use.
+// Any failure inside an operation breaks the communicator (the peers' protocol state is unknown):
+// later calls fail fast with the original cause, and the peers are told through shared memory.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "bootstrap/host_identity.hpp"
+#include "chorus/chorus.hpp"
+#include "core/op.hpp"
+#include "core/work_state.hpp"
+#include "engine/transfer.hpp"
+#include "engine/waiter.hpp"
+
+namespace chorus {
+
+class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
+ public:
+  /// Collective over all ranks. `keepAlive` holds what must live as long as the communicator
+  /// (e.g. the store server this rank hosts).
+  static std::shared_ptr<CommImpl> create(std::shared_ptr<Store> store, int rank, int size, const Config& config,
+                                          std::shared_ptr<void> keepAlive = {});
+  /// `size` ranks as threads of this process (rendezvous through an in-process store).
+  static std::vector<std::shared_ptr<CommImpl>> createLocal(int size, const Config& config);
+  ~CommImpl() override;
+  CommImpl(const CommImpl&) = delete;
+  CommImpl& operator=(const CommImpl&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  /// Throws chorusInvalidArgument when `op` is malformed for this communicator.
+  void validate(const Op& op) const;
+  /// Runs `ops` as one group (collectives in order, then all point-to-point transfers together).
+  /// Blocking when !async: returns completed state. Never throws: errors are in the state.
+  std::shared_ptr<WorkState> submit(std::vector<Op> ops, bool async);
+
+  std::shared_ptr<CommImpl> split(int color, int key);
+
+  /// Fails the operation in flight and all later ones; tells the peers. Thread-safe.
+  void abort();
+  chorusResult_t asyncError() const { return static_cast<chorusResult_t>(failCode_.load()); }
+  std::string lastError() const;
+  void setLastError(const std::string& message);
+  /// Throws when the communicator is broken or aborted.
+  void checkUsable() const;
+  size_t memoryBytes() const;
+  const Config& config() const { return config_; }
+
+  // algo::Context
+  transport::ShmGroup* shm() override { return shm_.get(); }
+  std::byte* scratch(size_t bytes, int slot = 0) override;
+  void run(std::span<engine::Transfer> transfers) override;
+  void syncAll() override;
+  int nextStageHalf() override { return stageHalf_ ^= 1; }
+  uint16_t tag() const override { return tag_; }
+
+  // engine::PipeSet
+  transport::SendPipe& sendPipe(int peer) override;
+  transport::RecvPipe& recvPipe(int peer) override;
+
+  // engine::Health
+  bool abortRequested() const override { return abortRequested_.load(std::memory_order_relaxed); }
+  void checkHealth() override;
+
+ private:
+  CommImpl(int rank, int size, const Config& config);
+  void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
+
+  struct Task {
+    uint64_t ticket = 0;
+    std::vector<Op> ops;
+    std::shared_ptr<WorkState> work;
+  };
+  void runTask(Task& task);
+  void executeGroup(const std::vector<Op>& ops);
+  void executeCollective(const Op& op);
+  void executeLocally(const Op& op);
+  void markFailed(chorusResult_t code, const std::string& message);
+  void workerLoop();
+  engine::Waiter makeWaiter();
+  std::string describe(const Op& op, const char* algorithm) const;
+
+  const int rank_;
+  const int size_;
+  Config config_;
+  std::vector<algo::Rule> rules_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<void> keepAlive_;
+  std::unique_ptr<transport::ShmGroup> shm_;
+  std::vector<HostIdentity> hosts_;
+  std::vector<int> peerPidfds_;  // -1 where not watched
+  std::vector<int> peerPids_;
+
+  // Per-operation state, touched only by the thread running the current ticket.
+  uint64_t collSeq_ = 0;
+  uint64_t splitSeq_ = 0;
+  uint64_t syncCounter_ = 0;
+  int stageHalf_ = 1;
+  uint16_t tag_ = 0;
+  engine::Clock::time_point opDeadline_{};
+  std::string opWhat_;
+  struct Scratch {
+    std::byte* ptr = nullptr;
+    size_t bytes = 0;
+  } scratch_[2];
+  std::map<std::tuple<int, int, int>, const algo::Algorithm*> decisions_;
+
+  // Ordering and the async worker.
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  uint64_t nextTicket_ = 0;
+  uint64_t serving_ = 0;
+  std::deque<Task> queue_;
+  std::thread worker_;
+  bool stopWorker_ = false;
+
+  // Failure state.
+  std::atomic<bool> abortRequested_{false};
+  std::atomic<int> failCode_{chorusSuccess};
+  mutable std::mutex errMu_;
+  std::string failMessage_;
+  std::string lastError_;
+  std::atomic<size_t> scratchBytes_{0};
+};
+
+}  // namespace chorus

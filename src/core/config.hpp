@@ -1,0 +1,34 @@
+// Process-wide settings read once from the environment into a typed struct.
+// Every variable is documented where it is parsed (config.cpp) and in docs/configuration.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "chorus/chorus.hpp"
+#include "core/log.hpp"
+
+namespace chorus {
+
+struct EnvConfig {
+  LogLevel logLevel = LogLevel::Warn;
+  std::chrono::milliseconds timeout{300'000};
+  std::string algo;
+  size_t shmStageBytes = size_t{4} << 20;
+  size_t shmFifoBytes = size_t{1} << 20;
+  /// First problem found while parsing (empty if none); reported when a communicator is created.
+  std::string parseError;
+};
+
+/// The environment as read on first use (thread-safe).
+const EnvConfig& envConfig();
+
+/// Parses "4096", "64k", "4M", "1G" (powers of 1024; "inf" gives SIZE_MAX). std::nullopt if malformed.
+std::optional<size_t> parseByteSize(const std::string& text);
+
+/// Config with every unset field taken from envConfig(); throws chorusInvalidArgument for bad values.
+Config resolveConfig(const Config& user);
+
+}  // namespace chorus

@@ -1,0 +1,22 @@
+// Group calls: operations issued between groupStart and groupEnd on one thread run together.
+#pragma once
+
+#include <memory>
+
+#include "core/op.hpp"
+
+namespace chorus {
+
+class CommImpl;
+
+namespace group {
+/// True between the outermost start and its end on this thread.
+bool active();
+/// Queues a validated operation for the current group.
+void add(std::shared_ptr<CommImpl> comm, Op op);
+void start();
+/// Runs the group at the outermost end; throws the first failure (after all finished).
+void end();
+}  // namespace group
+
+}  // namespace chorus

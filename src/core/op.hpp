@@ -1,0 +1,44 @@
+// One operation as the engine sees it, after the API has validated it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+
+namespace chorus {
+
+enum class OpKind : uint8_t {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  AllToAllv,
+  Send,
+  Recv,
+  Barrier,
+};
+
+const char* opKindName(OpKind k);
+
+struct Op {
+  OpKind kind = OpKind::Barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  /// Elements: per rank for AllGather (send count), ReduceScatter (recv count), AllToAll (per peer).
+  size_t count = 0;
+  DataType type = DataType::Uint8;
+  ReduceOp op = ReduceOp::Sum;
+  int root = -1;
+  int peer = -1;
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;  // AllToAllv only
+
+  bool isPointToPoint() const { return kind == OpKind::Send || kind == OpKind::Recv; }
+  /// Bytes one rank contributes (the size used to pick an algorithm).
+  size_t messageBytes() const { return count * dataTypeSize(type); }
+};
+
+}  // namespace chorus

@@ -1,0 +1,80 @@
+// The shared-memory world of one communicator on one host.
+//
+// Every rank owns one segment, named after the communicator's random id and the rank, so two
+// communicators never share a flag or a buffer. A segment holds:
+//   - a header: the rank's sync counter (direct algorithms), and its failure notice;
+//   - one FIFO per source rank (the point-to-point pipes *into* this rank);
+//   - the staging area for direct algorithms, in two halves used alternately.
+// Segments are created and reserved, announced through the store, mapped by every peer, then
+// unlinked once all ranks have mapped them: after init nothing of the job is left in /dev/shm.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "chorus/store.hpp"
+#include "transports/shm/shm_channel.hpp"
+#include "transports/shm/shm_segment.hpp"
+
+namespace chorus::transport {
+
+struct ShmGroupOptions {
+  std::string jobTag;  // unique per communicator (hex of its random id)
+  size_t fifoBytes = 0;
+  size_t stageBytes = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+class ShmGroup {
+ public:
+  /// Collective over all `nranks` ranks (uses `store` to rendezvous).
+  ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& options);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+
+  SendPipe& sendPipe(int peer) { return *sendPipes_[static_cast<size_t>(peer)]; }
+  RecvPipe& recvPipe(int peer) { return *recvPipes_[static_cast<size_t>(peer)]; }
+
+  /// Staging half `half` (0 or 1) of rank `r`'s segment.
+  std::byte* stage(int r, int half) const { return stages_[static_cast<size_t>(r)] + half * stageHalf_; }
+  size_t stageHalfBytes() const { return stageHalf_; }
+
+  /// Publishes this rank's sync counter (release: staged data written before is visible).
+  void setSyncFlag(uint64_t value);
+  /// Reads rank r's sync counter (acquire).
+  uint64_t syncFlag(int r) const;
+
+  /// Tells the peers this rank failed (first call wins); they report `text` naming this rank.
+  void publishFailure(chorusResult_t code, const std::string& text);
+  /// A peer that published a failure: its rank (and text), or -1.
+  int findPeerFailure(std::string* text) const;
+
+  /// Bytes of shared memory this rank created (its own segment).
+  size_t ownBytes() const { return segmentBytes_; }
+
+ private:
+  struct Header;
+  Header* header(int r) const;
+
+  int rank_;
+  int nranks_;
+  size_t fifoBytes_;
+  size_t stageHalf_;
+  size_t segmentBytes_;
+  std::vector<ShmSegment> segments_;  // index = rank
+  std::vector<std::unique_ptr<ShmSendPipe>> sendPipes_;
+  std::vector<std::unique_ptr<ShmRecvPipe>> recvPipes_;
+  std::vector<std::byte*> stages_;
+};
+
+}  // namespace chorus::transport
