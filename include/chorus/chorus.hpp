@@ -43,10 +43,10 @@ enum class ReduceOp : int {
 inline constexpr int kNumReduceOps = chorusNumOps;
 
 /// Bytes per element; throws chorusInvalidArgument for an unknown type.
-size_t dataTypeSize(DataType t);
+CHORUS_API size_t dataTypeSize(DataType t);
 /// "float32", "bfloat16", ... ("unknown(N)" for anything else).
-const char* dataTypeName(DataType t);
-const char* reduceOpName(ReduceOp op);
+CHORUS_API const char* dataTypeName(DataType t);
+CHORUS_API const char* reduceOpName(ReduceOp op);
 
 /// IEEE half and bfloat16 as 16-bit storage types, for typed spans.
 struct Half {
@@ -70,7 +70,7 @@ template <> constexpr DataType dataTypeOf<float>() { return DataType::Float32; }
 template <> constexpr DataType dataTypeOf<double>() { return DataType::Float64; }
 
 /// What every Chorus failure throws.
-class Error : public std::runtime_error {
+class CHORUS_API Error : public std::runtime_error {
  public:
   Error(chorusResult_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
   chorusResult_t code() const noexcept { return code_; }
@@ -81,7 +81,7 @@ class Error : public std::runtime_error {
 
 /// Per-communicator settings. Defaults come from the environment (read once per process,
 /// see docs/configuration.md); fields set here override it.
-struct Config {
+struct CHORUS_API Config {
   /// Deadline for every wait inside an operation (CHORUS_TIMEOUT, seconds; default 300).
   std::chrono::milliseconds timeout{0};
   /// Algorithm override in the grammar `coll[:lo-hi]:algo[,...]` (CHORUS_ALGO), e.g.
@@ -97,7 +97,7 @@ struct Config {
 };
 
 /// Handle of an asynchronous operation. Copyable; all copies see the same operation.
-class Work {
+class CHORUS_API Work {
  public:
   Work();
   /// Waits until done or `timeout` passes; returns whether it is done. Throws the operation's
@@ -123,7 +123,7 @@ class CommImpl;
 
 /// One rank's membership of a group of ranks. Move-only; destruction frees it (waits for pending
 /// asynchronous work first). Every collective must be called by all ranks in the same order.
-class Communicator {
+class CHORUS_API Communicator {
  public:
   /// Joins as `rank` of `size` using `store` for rendezvous (collective over all ranks).
   Communicator(std::shared_ptr<Store> store, int rank, int size, const Config& config = {});
@@ -216,8 +216,8 @@ class Communicator {
 };
 
 /// Group calls on the calling thread (see chorusGroupStart). Prefer the RAII Group below.
-void groupStart();
-void groupEnd();
+CHORUS_API void groupStart();
+CHORUS_API void groupEnd();
 
 /// RAII group: operations issued while it lives run together when it is destroyed
 /// (call end() to get errors as exceptions instead of the destructor swallowing them).

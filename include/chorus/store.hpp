@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "chorus/chorus.h"
+
 namespace chorus {
 
-class Store {
+class CHORUS_API Store {
  public:
   static constexpr size_t kMaxKeyBytes = 4096;
   static constexpr size_t kMaxValueBytes = size_t{64} << 20;
@@ -41,20 +43,20 @@ class Store {
 };
 
 /// Store for ranks that are threads of one process.
-std::shared_ptr<Store> makeInProcessStore();
+CHORUS_API std::shared_ptr<Store> makeInProcessStore();
 
 /// Store in a directory shared by all ranks (a local or network file system). Created if missing.
-std::shared_ptr<Store> makeFileStore(const std::string& directory);
+CHORUS_API std::shared_ptr<Store> makeFileStore(const std::string& directory);
 
 /// Client of a TCP store server at host:port. Connecting retries until `timeout`.
-std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
+CHORUS_API std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
                                     std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 /// Every key of `inner` seen through this store is prefixed by `prefix`.
-std::shared_ptr<Store> makePrefixStore(std::string prefix, std::shared_ptr<Store> inner);
+CHORUS_API std::shared_ptr<Store> makePrefixStore(std::string prefix, std::shared_ptr<Store> inner);
 
 /// A TCP store server running on a background thread of this process until destroyed.
-class TcpStoreServer {
+class CHORUS_API TcpStoreServer {
  public:
   /// Listens on `bindAddress` ("0.0.0.0", "127.0.0.1", "::" ...) and `port` (0 = ephemeral).
   /// Throws chorus::Error(chorusSystemError) naming the address when it cannot listen.

@@ -42,7 +42,8 @@ const KernelImpl& activeKernels() {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor) {
   if (nsrcs < 1) {
-    throw Error(chorusInvalidArgument, "chorus::kernels::reduce: nsrcs must be >= 1, got " + std::to_string(nsrcs));
+    throw Error(chorusInvalidArgument,
+                "chorus::kernels::reduce: nsrcs must be >= 1, got " + std::to_string(nsrcs));
   }
   if (static_cast<unsigned>(type) >= static_cast<unsigned>(kNumDataTypes)) {
     throw Error(chorusInvalidArgument,

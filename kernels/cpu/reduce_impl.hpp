@@ -246,12 +246,17 @@ struct DivFinish {
   A operator()(A a) const {
     if constexpr (!kIsInt<A>) {
       return a / A(divisor);
-    } else if constexpr (sizeof(A) <= 4 && std::is_signed_v<A>) {
+    } else if constexpr (sizeof(A) < 4 || std::is_same_v<A, int32_t>) {
       // |a| < 2^31 and divisor < 2^31: the correctly rounded double quotient never crosses an
-      // integer, so truncating it is the exact truncated quotient (and this vectorises).
+      // integer (that would take |a| >= 2^52), so truncating it is the exact truncated quotient;
+      // and unlike integer division this vectorises.
       return A(int32_t(double(int32_t(a)) / double(divisor)));
-    } else if constexpr (sizeof(A) <= 4) {
-      return A(int64_t(double(a) / double(divisor)));  // same argument; quotient < 2^32
+    } else if constexpr (std::is_same_v<A, uint32_t>) {
+      // The same for uint32, with the conversions done through int32 (which vectorise):
+      // a = (a ^ 2^31) + 2^31 exactly; a quotient q >= 2^31 is truncated as (q - 2^31) + 2^31.
+      const double q = (double(int32_t(a ^ 0x80000000u)) + 2147483648.0) / double(divisor);
+      const bool high = q >= 2147483648.0;
+      return A(uint32_t(int32_t(q - (high ? 2147483648.0 : 0.0))) + (high ? 0x80000000u : 0u));
     } else {
       return A(a / A(divisor));  // 64-bit: integer division (divisor > 0: no INT64_MIN / -1)
     }
@@ -262,7 +267,14 @@ struct DivFinish {
 #endif
 };
 
-// ---- AVX2 loads and stores of 8 (float-like) or 4 (double) elements ------------------------------
+// ---- AVX2 loads and stores ---------------------------------------------------------------------
+// The vector loops move units of two registers: 16 elements of the float-like types (float32 in
+// eight lanes each), 8 of float64. Within a unit the lanes need not be in element order, only in
+// the same order for every type sharing an accumulator: bfloat16 puts the even elements of a unit
+// in the first register and the odd ones in the second (one shift or mask per register, no lane
+// crossing), and the float32 accumulator of a bfloat16 reduction simply keeps them that way. The
+// loops of one reduction all walk the same unit grid (and leave the same remainder to scalar
+// code), so the permutation is undone by the final bfloat16 store.
 
 #if CHORUS_KERNELS_VECTOR_AVX2
 template <typename T>
@@ -273,48 +285,157 @@ template <>
 struct Vec<float> {
   static constexpr bool kOk = true;
   using V = __m256;
-  static constexpr size_t kLanes = 8;
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static constexpr size_t kUnit = 16;
+  static void load(const float* p, V& lo, V& hi) {
+    lo = _mm256_loadu_ps(p);
+    hi = _mm256_loadu_ps(p + 8);
+  }
+  static void store(float* p, V lo, V hi) {
+    _mm256_storeu_ps(p, lo);
+    _mm256_storeu_ps(p + 8, hi);
+  }
 };
 template <>
 struct Vec<double> {
   static constexpr bool kOk = true;
   using V = __m256d;
-  static constexpr size_t kLanes = 4;
-  static V load(const double* p) { return _mm256_loadu_pd(p); }
-  static void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static constexpr size_t kUnit = 8;
+  static void load(const double* p, V& lo, V& hi) {
+    lo = _mm256_loadu_pd(p);
+    hi = _mm256_loadu_pd(p + 4);
+  }
+  static void store(double* p, V lo, V hi) {
+    _mm256_storeu_pd(p, lo);
+    _mm256_storeu_pd(p + 4, hi);
+  }
 };
 template <>
 struct Vec<Half> {
   static constexpr bool kOk = true;
   using V = __m256;
-  static constexpr size_t kLanes = 8;
-  static V load(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static void store(Half* p, V v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  static constexpr size_t kUnit = 16;
+  static void load(const Half* p, V& lo, V& hi) {
+    lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+  static void store(Half* p, V lo, V hi) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
   }
 };
 template <>
 struct Vec<BFloat16> {
   static constexpr bool kOk = true;
   using V = __m256;
-  static constexpr size_t kLanes = 8;
-  static V load(const BFloat16* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  static constexpr size_t kUnit = 16;
+  // lo: elements 0, 2, ..., 14 (each 16-bit pattern moved to the top of its 32-bit lane is its
+  // float32 value); hi: elements 1, 3, ..., 15 (already at the top; clear the bottom).
+  static void load(const BFloat16* p, V& lo, V& hi) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    hi = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(int32_t(0xffff0000u))));
   }
-  static void store(BFloat16* p, V v) {
+  // float32 -> bfloat16 in the top 16 bits of each lane (the bottom ones are garbage), rounded to
+  // nearest even; NaN keeps sign and top payload and is made quiet.
+  static __m256i roundAny(V v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
-    const __m256i isNan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i r = _mm256_blendv_epi8(rounded, nan, isNan);  // each 32-bit lane holds 0..0xffff
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    const __m256i nan = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    return _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  }
+  static void store(BFloat16* p, V lo, V hi) {
+    const __m256i ulo = _mm256_castps_si256(lo);
+    const __m256i uhi = _mm256_castps_si256(hi);
+    __m256i out;
+    // One compare finds a NaN in either register; NaN payloads need the slower rounding above.
+    if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_UNORD_Q)) == 0, 1)) {
+      // Round all 16 at once in 16-bit lanes: t = the truncated results (top halves, in element
+      // order), low = the discarded bottom halves. Round up iff low + (t & 1) > 0x8000, i.e. above
+      // half an ulp, or exactly half with an odd t; computed as a signed saturating add on
+      // low - 0x8000. A carry out of the mantissa moves to the exponent (to infinity at the top).
+      const __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ulo, 16), uhi, 0xaa);
+      const __m256i low = _mm256_blend_epi16(ulo, _mm256_slli_epi32(uhi, 16), 0xaa);
+      const __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
+      const __m256i excess =
+          _mm256_adds_epi16(_mm256_xor_si256(low, _mm256_set1_epi16(int16_t(0x8000))), lsb);
+      out = _mm256_sub_epi16(t, _mm256_cmpgt_epi16(excess, _mm256_setzero_si256()));  // t + 1 where up
+    } else {
+      out = _mm256_blend_epi16(_mm256_srli_epi32(roundAny(lo), 16), roundAny(hi), 0xaa);  // odd words from hi
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), out);
   }
 };
+#endif
+
+// ---- Portable float16: chunks with a fast path ---------------------------------------------------
+// Without F16C the exact branch-free conversions above cost some twenty SSE2 instructions per
+// element. Most data are zeros and normal numbers, for which widening is a shift and an add and
+// narrowing one rounding add; so the portable build converts float16 in chunks, and a vectorised
+// scan of each chunk picks the short loop when no element needs the general one. The results are
+// the same either way.
+
+#if !CHORUS_KERNELS_VECTOR_AVX2
+constexpr size_t kHalfChunk = 512;
+
+template <typename T>
+inline constexpr bool kIsHalf = std::is_same_v<T, Half>;
+
+// Widens m halfs into out and returns out; an accumulator (float) is returned as it is. The short
+// loop also notes whether any element needed the general one (subnormal, infinity or NaN), in
+// which case the chunk, still intact in the source, is converted again.
+inline const float* widen(const Half* p, size_t m, float* out) {
+  uint32_t unusual = 0;
+  for (size_t j = 0; j < m; ++j) {
+    const uint32_t h = p[j].bits;
+    const uint32_t mag = h & 0x7fffu;
+    unusual |= uint32_t(mag - 1u < 0x03ffu) | uint32_t(mag >= 0x7c00u);
+    const uint32_t normal = mag == 0 ? 0u : (mag << 13) + (uint32_t(127 - 15) << 23);
+    out[j] = floatOf(normal | ((h & 0x8000u) << 16));
+  }
+  if (unusual != 0) {
+    for (size_t j = 0; j < m; ++j) out[j] = halfToFloat(p[j].bits);
+  }
+  return out;
+}
+inline const float* widen(const float* p, size_t, float*) { return p; }
+
+// Narrows m floats (a private buffer, so it can be read twice) into out the same way: the short
+// loop covers zeros and results that round to normal halves.
+inline void narrow(const float* r, size_t m, Half* out) {
+  uint32_t unusual = 0;
+#pragma GCC ivdep
+  for (size_t j = 0; j < m; ++j) {
+    const uint32_t u = bitsOf(r[j]);
+    const uint32_t a = u & 0x7fffffffu;
+    unusual |= uint32_t(a - 0x38800000u >= 0x477ff000u - 0x38800000u) & uint32_t(a != 0);
+    const uint32_t normal = ((a - (uint32_t(127 - 15) << 23)) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+    out[j].bits = uint16_t((a == 0 ? 0u : normal) | ((u >> 16) & 0x8000u));
+  }
+  if (unusual != 0) {
+#pragma GCC ivdep
+    for (size_t j = 0; j < m; ++j) out[j].bits = floatToHalf(r[j]);
+  }
+}
+
+// binary() for float16 operands or results, a chunk at a time through float buffers.
+template <typename Op, typename Fin, typename TO, typename TA, typename TB>
+inline void binaryHalf(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
+  alignas(64) float bufA[kHalfChunk], bufB[kHalfChunk], bufR[kHalfChunk];
+  for (size_t base = 0; base < n; base += kHalfChunk) {
+    const size_t m = minSize(kHalfChunk, n - base);
+    const float* x = widen(a + base, m, bufA);
+    const float* y = widen(b + base, m, bufB);
+    if constexpr (kIsHalf<TO>) {
+      for (size_t j = 0; j < m; ++j) bufR[j] = fin(Op::apply(x[j], y[j]));
+      narrow(bufR, m, d + base);
+    } else {
+      float* out = d + base;  // the float accumulator, possibly the same as x
+#pragma GCC ivdep
+      for (size_t j = 0; j < m; ++j) out[j] = fin(Op::apply(x[j], y[j]));
+    }
+  }
+}
 #endif
 
 // ---- Element loops ------------------------------------------------------------------------------
@@ -328,21 +449,31 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
   size_t i = 0;
 #if CHORUS_KERNELS_VECTOR_AVX2
   if constexpr (Vec<TO>::kOk && Vec<TA>::kOk && Vec<TB>::kOk) {
-    constexpr size_t L = Vec<TA>::kLanes;
-    static_assert(Vec<TB>::kLanes == L && Vec<TO>::kLanes == L);
-    for (; i + 4 * L <= n; i += 4 * L) {
-      const auto x0 = Op::vec(Vec<TA>::load(a + i), Vec<TB>::load(b + i));
-      const auto x1 = Op::vec(Vec<TA>::load(a + i + L), Vec<TB>::load(b + i + L));
-      const auto x2 = Op::vec(Vec<TA>::load(a + i + 2 * L), Vec<TB>::load(b + i + 2 * L));
-      const auto x3 = Op::vec(Vec<TA>::load(a + i + 3 * L), Vec<TB>::load(b + i + 3 * L));
-      Vec<TO>::store(d + i, fin.vec(x0));
-      Vec<TO>::store(d + i + L, fin.vec(x1));
-      Vec<TO>::store(d + i + 2 * L, fin.vec(x2));
-      Vec<TO>::store(d + i + 3 * L, fin.vec(x3));
+    constexpr size_t U = Vec<TA>::kUnit;
+    static_assert(Vec<TB>::kUnit == U && Vec<TO>::kUnit == U);
+    for (; i + 2 * U <= n; i += 2 * U) {
+      typename Vec<TA>::V a0, a1, a2, a3;
+      typename Vec<TB>::V b0, b1, b2, b3;
+      Vec<TA>::load(a + i, a0, a1);
+      Vec<TB>::load(b + i, b0, b1);
+      Vec<TA>::load(a + i + U, a2, a3);
+      Vec<TB>::load(b + i + U, b2, b3);
+      Vec<TO>::store(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
+      Vec<TO>::store(d + i + U, fin.vec(Op::vec(a2, b2)), fin.vec(Op::vec(a3, b3)));
     }
-    for (; i + L <= n; i += L) {
-      Vec<TO>::store(d + i, fin.vec(Op::vec(Vec<TA>::load(a + i), Vec<TB>::load(b + i))));
+    if (i + U <= n) {
+      typename Vec<TA>::V a0, a1;
+      typename Vec<TB>::V b0, b1;
+      Vec<TA>::load(a + i, a0, a1);
+      Vec<TB>::load(b + i, b0, b1);
+      Vec<TO>::store(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
+      i += U;
     }
+  }
+#else
+  if constexpr (kIsHalf<TO> || kIsHalf<TA> || kIsHalf<TB>) {
+    binaryHalf<Op>(d, a, b, n, fin);
+    return;
   }
 #endif
 #pragma GCC ivdep
@@ -357,14 +488,11 @@ inline void unary(T* d, const T* a, size_t n, Fin fin) {
   size_t i = 0;
 #if CHORUS_KERNELS_VECTOR_AVX2
   if constexpr (Vec<T>::kOk) {
-    constexpr size_t L = Vec<T>::kLanes;
-    for (; i + 2 * L <= n; i += 2 * L) {
-      const auto x0 = Vec<T>::load(a + i);
-      const auto x1 = Vec<T>::load(a + i + L);
-      Vec<T>::store(d + i, fin.vec(x0));
-      Vec<T>::store(d + i + L, fin.vec(x1));
+    for (; i + Vec<T>::kUnit <= n; i += Vec<T>::kUnit) {
+      typename Vec<T>::V lo, hi;
+      Vec<T>::load(a + i, lo, hi);
+      Vec<T>::store(d + i, fin.vec(lo), fin.vec(hi));
     }
-    for (; i + L <= n; i += L) Vec<T>::store(d + i, fin.vec(Vec<T>::load(a + i)));
   }
 #endif
 #pragma GCC ivdep

@@ -165,9 +165,13 @@ class FileStore final : public Store {
       return (static_cast<uint64_t>(rd()) << 32) ^ rd();
     }();
     static std::atomic<uint64_t> counter{0};
-    std::string name = ".tmp-" + std::to_string(::getpid()) + "-";
+    // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict, a false positive) on "lit" + string.
+    std::string name = ".tmp-";
+    name += std::to_string(::getpid());
+    name += '-';
     appendHex(name, processTag);
-    name += "-" + std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+    name += '-';
+    name += std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
     return dir_ / name;
   }
 

@@ -64,8 +64,8 @@ std::vector<Param> params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CollectivesThreads, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::string(collName(info.param.coll)) + "_" + std::to_string(info.param.ranks) +
+                         [](const ::testing::TestParamInfo<Param>& pi) {
+                           return std::string(collName(pi.param.coll)) + "_" + std::to_string(pi.param.ranks) +
                                   "ranks";
                          });
 

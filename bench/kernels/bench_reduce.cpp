@@ -1,0 +1,170 @@
+// Bandwidth of the CPU reduction kernels, both implementations, against memcpy.
+//
+// GB/s counts bytes read plus bytes written (10^9 bytes per second): a 2-source reduce of N bytes
+// per source moves 3N, a memcpy of N bytes 2N. Sizes are per source buffer: 64 KiB stays in L2
+// (3 x 64 KiB < 512 KiB), 64 MiB goes to DRAM (3 x 64 MiB > the 32 MiB L3).
+//
+//   bench_kernels --benchmark_filter='(float32|bfloat16|float16)/sum/2src|memcpy'
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu/dispatch_internal.hpp"
+
+namespace {
+
+using chorus::DataType;
+using chorus::ReduceOp;
+using chorus::kernels::KernelImpl;
+
+constexpr size_t kL2Bytes = size_t(64) << 10;
+constexpr size_t kDramBytes = size_t(64) << 20;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Buffers kept across benchmarks: (slot, size) -> 64-byte aligned memory, filled with 0x3c bytes
+// (a normal, moderate value in every floating type: products neither overflow nor go subnormal).
+void* buffer(int slot, size_t bytes) {
+  static std::map<std::pair<int, size_t>, std::unique_ptr<void, FreeDeleter>> pool;
+  auto& p = pool[{slot, bytes}];
+  if (!p) {
+    p.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    std::memset(p.get(), 0x3c, bytes);
+  }
+  return p.get();
+}
+
+size_t typeSize(DataType t) {
+  switch (t) {
+    case DataType::Int8:
+    case DataType::Uint8:
+      return 1;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int32:
+    case DataType::Uint32:
+    case DataType::Float32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+const char* typeName(DataType t) {
+  static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                       "uint64", "float16", "float32", "float64", "bfloat16"};
+  return kNames[static_cast<int>(t)];
+}
+
+const char* opName(ReduceOp op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  return kNames[static_cast<int>(op)];
+}
+
+std::string sizeName(size_t bytes) {
+  return bytes >= (size_t(1) << 20) ? std::to_string(bytes >> 20) + "MiB"
+                                    : std::to_string(bytes >> 10) + "KiB";
+}
+
+void setRate(benchmark::State& state, size_t bytesPerIteration) {
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytesPerIteration));
+  state.counters["GB/s"] =
+      benchmark::Counter(double(bytesPerIteration) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void benchReduce(benchmark::State& state, const KernelImpl* impl, DataType type, ReduceOp op, int nsrcs,
+                 size_t bytesPerSource) {
+  const size_t count = bytesPerSource / typeSize(type);
+  std::vector<const void*> srcs;
+  for (int k = 0; k < nsrcs; ++k) srcs.push_back(buffer(k, bytesPerSource));
+  void* dst = buffer(100, bytesPerSource);
+  for (auto _ : state) {
+    impl->reduce(dst, srcs.data(), nsrcs, count, type, op, nsrcs);
+    benchmark::ClobberMemory();
+  }
+  setRate(state, size_t(nsrcs + 1) * count * typeSize(type));
+}
+
+void benchMemcpy(benchmark::State& state, size_t bytes) {
+  const void* src = buffer(0, bytes);
+  void* dst = buffer(100, bytes);
+  for (auto _ : state) {
+    std::memcpy(dst, src, bytes);
+    benchmark::ClobberMemory();
+  }
+  setRate(state, 2 * bytes);
+}
+
+void benchCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes) {
+  const void* src = buffer(0, bytes);
+  void* dst = buffer(100, bytes);
+  for (auto _ : state) {
+    impl->copy(dst, src, bytes);
+    benchmark::ClobberMemory();
+  }
+  setRate(state, 2 * bytes);
+}
+
+void registerAll() {
+  std::vector<const KernelImpl*> impls{&chorus::kernels::portableKernels()};
+  if (const KernelImpl* a = chorus::kernels::avx2Kernels()) impls.push_back(a);
+  const DataType types[] = {DataType::Float32, DataType::BFloat16, DataType::Float16, DataType::Float64,
+                            DataType::Int8,    DataType::Uint8,    DataType::Int32,   DataType::Uint32,
+                            DataType::Int64,   DataType::Uint64};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg};
+
+  for (size_t bytes : {kL2Bytes, kDramBytes}) {
+    benchmark::RegisterBenchmark(("memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes)->UseRealTime();
+    for (const KernelImpl* impl : impls) {
+      for (DataType type : types) {
+        for (ReduceOp op : ops) {
+          const std::string name = std::string("reduce/") + impl->name + "/" + typeName(type) + "/" +
+                                   opName(op) + "/2src/" + sizeName(bytes);
+          benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, op, 2, bytes)->UseRealTime();
+        }
+      }
+    }
+  }
+  // Many sources (the blocked path): 8 x 32 KiB + dst fits in L2; 8 x 16 MiB does not fit in L3.
+  for (size_t bytes : {size_t(32) << 10, size_t(16) << 20}) {
+    for (const KernelImpl* impl : impls) {
+      for (DataType type : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
+        const std::string name =
+            std::string("reduce/") + impl->name + "/" + typeName(type) + "/sum/8src/" + sizeName(bytes);
+        benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, ReduceOp::Sum, 8, bytes)
+            ->UseRealTime();
+      }
+    }
+  }
+  // copy(): memcpy below the non-temporal threshold (16 MiB), streaming stores from it on.
+  for (size_t bytes :
+       {size_t(64) << 10, size_t(8) << 20, size_t(16) << 20, size_t(32) << 20, size_t(64) << 20}) {
+    benchmark::RegisterBenchmark(("copy/memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes)
+        ->UseRealTime();
+    for (const KernelImpl* impl : impls) {
+      benchmark::RegisterBenchmark((std::string("copy/") + impl->name + "/" + sizeName(bytes)).c_str(),
+                                   benchCopy, impl, bytes)
+          ->UseRealTime();
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  registerAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

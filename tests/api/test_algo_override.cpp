@@ -1,0 +1,259 @@
+// Every algorithm in algo::registry(), forced through Config::algo ("<collective>:<name>"), gives
+// exact results for 2..5 thread ranks, counts 0, 1, 1000 and 300001, float32 and bfloat16, and (for
+// reductions) sum and avg.
+//
+// Inputs are integers in [-2, 2], so sums over up to 5 ranks are exact in both types; avg is checked
+// against the exact quotient within one unit in the last place of the output type.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "api_test_util.hpp"
+#include "chorus/chorus.hpp"
+#include "core/op.hpp"
+
+using namespace chorus;
+using chorus::apitest::fromBf16;
+using chorus::apitest::runRanks;
+using chorus::apitest::toBf16;
+
+namespace {
+
+const size_t kCounts[] = {0, 1, 1000, 300001};
+
+// A buffer of float32 or bfloat16 elements, read and written as float.
+class Buffer {
+ public:
+  Buffer(DataType type, size_t count) : type_(type), bytes_(count * dataTypeSize(type) + 1) {}
+  void set(size_t i, float v) {
+    if (type_ == DataType::Float32) {
+      std::memcpy(bytes_.data() + i * 4, &v, 4);
+    } else {
+      uint16_t b = toBf16(v);
+      std::memcpy(bytes_.data() + i * 2, &b, 2);
+    }
+  }
+  float get(size_t i) const {
+    if (type_ == DataType::Float32) {
+      float v;
+      std::memcpy(&v, bytes_.data() + i * 4, 4);
+      return v;
+    }
+    uint16_t b;
+    std::memcpy(&b, bytes_.data() + i * 2, 2);
+    return fromBf16(b);
+  }
+  void* data() { return bytes_.data(); }
+
+ private:
+  DataType type_;
+  std::vector<uint8_t> bytes_;  // one spare byte: never a NULL pointer, even for count 0
+};
+
+// Input of rank r at element i of its send buffer.
+float inputOf(int r, size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<size_t>(r) * 3) % 5) - 2);
+}
+
+// Counts each element of `got` (n elements) that differs from want(i), noting the first few.
+template <typename Want>
+size_t countWrong(const Buffer& got, size_t n, DataType type, bool avg, Want&& want, std::string* report) {
+  const double tol = !avg ? 0.0 : (type == DataType::BFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -22));
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double w = want(i);
+    double g = got.get(i);
+    if (std::fabs(g - w) > tol * std::fabs(w)) {
+      if (wrong < 3)
+        *report +=
+            "[" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + "; ";
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+struct Param {
+  size_t algorithm;  // index into algo::registry()
+  int ranks;
+};
+
+std::string nameOf(const Param& p) {
+  const algo::Algorithm& a = algo::registry()[p.algorithm];
+  return std::string(opKindName(a.kind)) + "_" + a.name + "_" + std::to_string(p.ranks) + "ranks";
+}
+
+class AlgoOverride : public ::testing::TestWithParam<Param> {};
+
+// Runs one collective of `kind` on this rank and checks the result; returns a failure description or "".
+std::string runOne(Communicator& c, OpKind kind, DataType type, ReduceOp op, size_t count,
+                   std::atomic<int>& barrierArrivals, int barrierRound) {
+  const int n = c.size(), r = c.rank();
+  const auto nz = static_cast<size_t>(n);
+  const bool avg = op == ReduceOp::Avg;
+  auto reduced = [&](size_t index) {  // exact reduction over ranks of inputOf(., index)
+    double s = 0;
+    for (int q = 0; q < n; ++q) s += inputOf(q, index);
+    return avg ? s / n : s;
+  };
+  std::string report;
+  size_t wrong = 0;
+  switch (kind) {
+    case OpKind::AllReduce: {
+      Buffer in(type, count), out(type, count);
+      for (size_t i = 0; i < count; ++i) in.set(i, inputOf(r, i));
+      c.allReduce(in.data(), out.data(), count, type, op);
+      wrong = countWrong(out, count, type, avg, reduced, &report);
+      break;
+    }
+    case OpKind::ReduceScatter: {
+      Buffer in(type, count * nz), out(type, count);
+      for (size_t i = 0; i < count * nz; ++i) in.set(i, inputOf(r, i));
+      c.reduceScatter(in.data(), out.data(), count, type, op);
+      wrong = countWrong(
+          out, count, type, avg, [&](size_t i) { return reduced(static_cast<size_t>(r) * count + i); },
+          &report);
+      break;
+    }
+    case OpKind::AllGather: {
+      Buffer in(type, count), out(type, count * nz);
+      for (size_t i = 0; i < count; ++i) in.set(i, inputOf(r, i));
+      c.allGather(in.data(), out.data(), count, type);
+      wrong = countWrong(
+          out, count * nz, type, false,
+          [&](size_t j) { return static_cast<double>(inputOf(static_cast<int>(j / count), j % count)); },
+          &report);
+      break;
+    }
+    case OpKind::Broadcast: {
+      const int root = static_cast<int>(count % nz);
+      Buffer buf(type, count);
+      for (size_t i = 0; i < count; ++i) buf.set(i, r == root ? inputOf(r, i) : 99.0f);
+      c.broadcast(buf.data(), buf.data(), count, type, root);
+      wrong = countWrong(
+          buf, count, type, false, [&](size_t i) { return static_cast<double>(inputOf(root, i)); }, &report);
+      break;
+    }
+    case OpKind::Reduce: {
+      const int root = static_cast<int>((count + 1) % nz);
+      Buffer in(type, count), out(type, count);
+      for (size_t i = 0; i < count; ++i) {
+        in.set(i, inputOf(r, i));
+        out.set(i, 99.0f);
+      }
+      c.reduce(in.data(), out.data(), count, type, op, root);
+      if (r == root) wrong = countWrong(out, count, type, avg, reduced, &report);
+      break;
+    }
+    case OpKind::AllToAll: {
+      Buffer in(type, count * nz), out(type, count * nz);
+      for (size_t i = 0; i < count * nz; ++i) in.set(i, inputOf(r, i));
+      c.allToAll(in.data(), out.data(), count, type);
+      // Block q of the result is block r of rank q's input.
+      wrong = countWrong(
+          out, count * nz, type, false,
+          [&](size_t j) {
+            return static_cast<double>(
+                inputOf(static_cast<int>(j / count), static_cast<size_t>(r) * count + j % count));
+          },
+          &report);
+      break;
+    }
+    case OpKind::AllToAllv: {
+      // Rank s sends amount(s, d) elements to rank d: uneven, some zero.
+      auto amount = [&](int s, int d) {
+        return count == 0 ? 0 : (count + static_cast<size_t>(s) + 2 * static_cast<size_t>(d)) % (count + 1);
+      };
+      auto value = [](int s, int d, size_t i) {
+        return static_cast<float>(
+            static_cast<int>((i * 7 + static_cast<size_t>(s) * 3 + static_cast<size_t>(d)) % 5) - 2);
+      };
+      std::vector<size_t> sc(nz), sd(nz), rc(nz), rd(nz);
+      size_t stotal = 0, rtotal = 0;
+      for (int q = 0; q < n; ++q) {
+        sc[static_cast<size_t>(q)] = amount(r, q);
+        sd[static_cast<size_t>(q)] = stotal;
+        stotal += sc[static_cast<size_t>(q)];
+        rc[static_cast<size_t>(q)] = amount(q, r);
+        rd[static_cast<size_t>(q)] = rtotal;
+        rtotal += rc[static_cast<size_t>(q)];
+      }
+      Buffer in(type, stotal), out(type, rtotal);
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < sc[static_cast<size_t>(q)]; ++i)
+          in.set(sd[static_cast<size_t>(q)] + i, value(r, q, i));
+      }
+      c.allToAllv(in.data(), sc, sd, out.data(), rc, rd, type);
+      for (int q = 0; q < n; ++q) {
+        Buffer block(type, rc[static_cast<size_t>(q)]);
+        for (size_t i = 0; i < rc[static_cast<size_t>(q)]; ++i)
+          block.set(i, out.get(rd[static_cast<size_t>(q)] + i));
+        wrong += countWrong(
+            block, rc[static_cast<size_t>(q)], type, false,
+            [&](size_t i) { return static_cast<double>(value(q, r, i)); }, &report);
+      }
+      break;
+    }
+    case OpKind::Barrier: {
+      barrierArrivals.fetch_add(1);
+      c.barrier();
+      // Every rank arrived at this round before anyone left it.
+      int seen = barrierArrivals.load();
+      if (seen < n * barrierRound) {
+        report = "left barrier round " + std::to_string(barrierRound) + " after only " +
+                 std::to_string(seen) + " arrivals";
+        wrong = 1;
+      }
+      break;
+    }
+    default:
+      report = "unexpected collective";
+      wrong = 1;
+  }
+  if (!wrong) return "";
+  return std::to_string(wrong) + " wrong: " + report;
+}
+
+TEST_P(AlgoOverride, ResultsAreExact) {
+  const Param p = GetParam();
+  const algo::Algorithm& a = algo::registry()[p.algorithm];
+  Config config = apitest::testConfig(60);
+  config.algo = std::string(opKindName(a.kind)) + ":" + a.name;
+  auto comms = Communicator::createLocal(p.ranks, config);
+  const bool reducing =
+      a.kind == OpKind::AllReduce || a.kind == OpKind::ReduceScatter || a.kind == OpKind::Reduce;
+  std::vector<ReduceOp> ops =
+      reducing ? std::vector<ReduceOp>{ReduceOp::Sum, ReduceOp::Avg} : std::vector<ReduceOp>{ReduceOp::Sum};
+  std::atomic<int> barrierArrivals{0};
+  runRanks(comms, [&](Communicator& c, int r) {
+    int round = 0;
+    for (DataType type : {DataType::Float32, DataType::BFloat16}) {
+      for (size_t count : kCounts) {
+        for (ReduceOp op : ops) {
+          std::string failure = runOne(c, a.kind, type, op, count, barrierArrivals, ++round);
+          EXPECT_EQ(failure, "") << config.algo << ", " << p.ranks << " ranks, rank " << r << ", "
+                                 << dataTypeName(type) << ", " << reduceOpName(op) << ", count " << count;
+        }
+      }
+    }
+  });
+}
+
+std::vector<Param> params() {
+  std::vector<Param> out;
+  for (size_t i = 0; i < algo::registry().size(); ++i) {
+    for (int n : {2, 3, 4, 5}) out.push_back({i, n});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, AlgoOverride, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<Param>& tp) { return nameOf(tp.param); });
+
+}  // namespace

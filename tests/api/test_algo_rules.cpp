@@ -1,0 +1,205 @@
+// The CHORUS_ALGO grammar (algo::parseRules), rule-based selection (algo::select), and malformed
+// overrides given through Config::algo and through the CHORUS_ALGO variable.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "api_test_util.hpp"
+#include "chorus/chorus.h"
+#include "chorus/chorus.hpp"
+#include "core/op.hpp"
+
+using namespace chorus;
+using chorus::apitest::mentions;
+
+namespace {
+
+// parseRules(text) must throw chorusInvalidArgument whose message names every word of `words`.
+void expectRejected(const std::string& text, std::initializer_list<const char*> words) {
+  SCOPED_TRACE(text);
+  try {
+    auto rules = algo::parseRules(text);
+    ADD_FAILURE() << "accepted, " << rules.size() << " rule(s)";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidArgument);
+    EXPECT_TRUE(mentions(e.what(), words));
+    EXPECT_TRUE(mentions(e.what(), {"CHORUS_ALGO"}));
+  }
+}
+
+Op opOf(OpKind kind, size_t count, DataType type = DataType::Float32) {
+  Op op;
+  op.kind = kind;
+  op.count = count;
+  op.type = type;
+  return op;
+}
+
+TEST(ParseRules, EmptyTextGivesNoRules) {
+  EXPECT_TRUE(algo::parseRules("").empty());
+  EXPECT_TRUE(algo::parseRules(" , ,").empty());
+}
+
+TEST(ParseRules, SizeRangesWithSuffixes) {
+  auto rules = algo::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
+  EXPECT_EQ(rules[0].lo, 0u);
+  EXPECT_EQ(rules[0].hi, 4096u);
+  EXPECT_EQ(rules[0].name, "rd");
+  EXPECT_EQ(rules[1].lo, 4096u);
+  EXPECT_EQ(rules[1].hi, SIZE_MAX);
+  EXPECT_EQ(rules[1].name, "ring");
+
+  rules = algo::parseRules("broadcast:1m-1g:pipeline,reduce_scatter:64K-2M:ring,allgather:1kib-3MiB:direct");
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_EQ(rules[0].kind, OpKind::Broadcast);
+  EXPECT_EQ(rules[0].lo, size_t{1} << 20);
+  EXPECT_EQ(rules[0].hi, size_t{1} << 30);
+  EXPECT_EQ(rules[1].kind, OpKind::ReduceScatter);
+  EXPECT_EQ(rules[1].lo, size_t{64} << 10);
+  EXPECT_EQ(rules[1].hi, size_t{2} << 20);
+  EXPECT_EQ(rules[2].kind, OpKind::AllGather);
+  EXPECT_EQ(rules[2].lo, size_t{1} << 10);
+  EXPECT_EQ(rules[2].hi, size_t{3} << 20);
+
+  rules = algo::parseRules("alltoall:100-max:pairwise,reduce:0-0:direct");
+  ASSERT_EQ(rules.size(), 2u);
+  EXPECT_EQ(rules[0].lo, 100u);
+  EXPECT_EQ(rules[0].hi, SIZE_MAX);
+  EXPECT_EQ(rules[1].lo, 0u);
+  EXPECT_EQ(rules[1].hi, 0u);
+}
+
+TEST(ParseRules, NoRangeMeansEverySize) {
+  auto rules = algo::parseRules("barrier:pipes");
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_EQ(rules[0].kind, OpKind::Barrier);
+  EXPECT_EQ(rules[0].lo, 0u);
+  EXPECT_EQ(rules[0].hi, SIZE_MAX);
+}
+
+TEST(ParseRules, AliasesAndWhitespace) {
+  auto rules =
+      algo::parseRules(" all_reduce : ring , bcast:pipeline,all_gather:0-1k:ring ,alltoallv:pairwise");
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
+  EXPECT_EQ(rules[0].name, "ring");
+  EXPECT_EQ(rules[1].kind, OpKind::Broadcast);
+  EXPECT_EQ(rules[2].kind, OpKind::AllGather);
+  EXPECT_EQ(rules[3].kind, OpKind::AllToAllv);
+}
+
+TEST(ParseRules, UnknownCollectiveNamesEntry) {
+  expectRejected("allreduce:ring,allsum:ring", {"'allsum:ring'", "unknown collective 'allsum'"});
+  expectRejected("ring", {"'ring'"});
+}
+
+TEST(ParseRules, UnknownAlgorithmNamesEntryAndKnownOnes) {
+  expectRejected("allreduce:fastest",
+                 {"'allreduce:fastest'", "unknown algorithm 'fastest'", "direct", "ring", "rd"});
+  // An algorithm of another collective does not count.
+  expectRejected("alltoall:ring", {"'alltoall:ring'", "unknown algorithm 'ring'", "pairwise"});
+  expectRejected("broadcast:0-4k:rd", {"'broadcast:0-4k:rd'", "pipeline"});
+}
+
+TEST(ParseRules, MalformedRanges) {
+  expectRejected("allreduce:4k:ring", {"'allreduce:4k:ring'", "lo-hi"});
+  expectRejected("allreduce:8k-4k:ring", {"'allreduce:8k-4k:ring'", "range"});
+  expectRejected("allreduce:x-4k:ring", {"'allreduce:x-4k:ring'", "range"});
+  expectRejected("allreduce:0-4q:ring", {"'allreduce:0-4q:ring'", "range"});
+  expectRejected("allreduce:-:ring", {"'allreduce:-:ring'", "range"});
+  expectRejected("allreduce:0-99999999999999999999999:ring", {"range"});
+  expectRejected("allreduce:0-1:2:ring", {"'allreduce:0-1:2:ring'", "':' fields"});
+  expectRejected("allreduce", {"'allreduce'", "':' fields"});
+}
+
+TEST(Select, RulesPickAlgorithmBySize) {
+  auto rules = algo::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 100), 4, true, rules).name, "rd");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1024), 4, true, rules).name, "rd")
+      << "bounds are inclusive";
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1025), 4, true, rules).name, "ring");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2048, DataType::BFloat16), 4, true, rules).name, "rd");
+  // The first matching rule wins.
+  rules = algo::parseRules("broadcast:0-1m:pipeline,broadcast:direct");
+  EXPECT_STREQ(algo::select(opOf(OpKind::Broadcast, 10), 3, true, rules).name, "pipeline");
+  EXPECT_STREQ(algo::select(opOf(OpKind::Broadcast, 1 << 20), 3, true, rules).name, "direct");
+  // Rules for other collectives do not apply.
+  EXPECT_EQ(algo::select(opOf(OpKind::Reduce, 10), 3, true, rules).kind, OpKind::Reduce);
+}
+
+TEST(Select, SharedMemoryAlgorithmNotUsedWithoutSharedMemory) {
+  auto rules = algo::parseRules("allreduce:direct,barrier:direct");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 10), 2, true, rules).name, "direct");
+  const algo::Algorithm& a = algo::select(opOf(OpKind::AllReduce, 10), 2, false, rules);
+  EXPECT_FALSE(a.needsSharedMemory) << a.name;
+  EXPECT_EQ(a.kind, OpKind::AllReduce);
+  EXPECT_FALSE(algo::select(opOf(OpKind::Barrier, 0), 2, false, rules).needsSharedMemory);
+}
+
+TEST(Select, EveryRegistryEntryCanBeForced) {
+  for (const algo::Algorithm& a : algo::registry()) {
+    const std::string text = std::string(opKindName(a.kind)) + ":" + a.name;
+    SCOPED_TRACE(text);
+    auto rules = algo::parseRules(text);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{300001}}) {
+      EXPECT_EQ(&algo::select(opOf(a.kind, count), 4, true, rules), &a) << "count " << count;
+    }
+  }
+}
+
+TEST(Registry, EveryCollectiveHasUniquelyNamedAlgorithms) {
+  std::set<std::pair<int, std::string>> seen;
+  std::set<int> kinds;
+  for (const algo::Algorithm& a : algo::registry()) {
+    EXPECT_TRUE(seen.insert({static_cast<int>(a.kind), a.name}).second) << "duplicate " << a.name;
+    EXPECT_NE(a.run, nullptr) << a.name;
+    EXPECT_NE(std::string(a.description), "") << a.name;
+    kinds.insert(static_cast<int>(a.kind));
+  }
+  for (OpKind k : {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather, OpKind::Broadcast,
+                   OpKind::Reduce, OpKind::AllToAll, OpKind::AllToAllv, OpKind::Barrier}) {
+    EXPECT_TRUE(kinds.count(static_cast<int>(k))) << opKindName(k) << " has no algorithm";
+  }
+}
+
+TEST(AlgoConfig, MalformedConfigAlgoNamesEntry) {
+  Config config = apitest::testConfig();
+  config.algo = "allreduce:ring,broadcast:0-1k:warp";
+  try {
+    auto comms = Communicator::createLocal(2, config);
+    FAIL() << "created a communicator with a malformed Config::algo";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidArgument);
+    EXPECT_TRUE(mentions(e.what(), {"'broadcast:0-1k:warp'", "warp"}));
+  }
+}
+
+// The environment is read once per process, so the variable is set in a fresh process: the
+// "threadsafe" death-test style re-executes this test binary for the statement.
+TEST(AlgoConfig, MalformedChorusAlgoVariableNamesEntry) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("CHORUS_ALGO", "allreduce:ring,reduce:0-1k-2k:direct", 1);
+        chorusComm_t comms[2] = {};
+        chorusResult_t result = chorusCommInitAll(comms, 2, nullptr);
+        std::string message = chorusGetLastError(nullptr);
+        std::fprintf(stderr, "result=%d message=%s\n", static_cast<int>(result), message.c_str());
+        bool ok =
+            result == chorusInvalidArgument && message.find("'reduce:0-1k-2k:direct'") != std::string::npos;
+        std::fflush(stderr);
+        _exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "result=4 message=.*CHORUS_ALGO entry 'reduce:0-1k-2k:direct'");
+}
+
+}  // namespace
