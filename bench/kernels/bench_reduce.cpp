@@ -2,7 +2,9 @@
 //
 // GB/s counts bytes read plus bytes written (10^9 bytes per second): a 2-source reduce of N bytes
 // per source moves 3N, a memcpy of N bytes 2N. Sizes are per source buffer: 64 KiB stays in L2
-// (3 x 64 KiB < 512 KiB), 64 MiB goes to DRAM (3 x 64 MiB > the 32 MiB L3).
+// (3 x 64 KiB < 512 KiB), 64 MiB goes to DRAM (3 x 64 MiB > the 32 MiB L3). Rates use CPU time
+// (Google Benchmark's default), which is the same as wall time on an idle machine and less
+// disturbed on a shared one; compare medians of --benchmark_repetitions.
 //
 //   bench_kernels --benchmark_filter='(float32|bfloat16|float16)/sum/2src|memcpy'
 #include <benchmark/benchmark.h>
@@ -123,13 +125,13 @@ void registerAll() {
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg};
 
   for (size_t bytes : {kL2Bytes, kDramBytes}) {
-    benchmark::RegisterBenchmark(("memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes)->UseRealTime();
+    benchmark::RegisterBenchmark(("memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes);
     for (const KernelImpl* impl : impls) {
       for (DataType type : types) {
         for (ReduceOp op : ops) {
           const std::string name = std::string("reduce/") + impl->name + "/" + typeName(type) + "/" +
                                    opName(op) + "/2src/" + sizeName(bytes);
-          benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, op, 2, bytes)->UseRealTime();
+          benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, op, 2, bytes);
         }
       }
     }
@@ -140,20 +142,17 @@ void registerAll() {
       for (DataType type : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
         const std::string name =
             std::string("reduce/") + impl->name + "/" + typeName(type) + "/sum/8src/" + sizeName(bytes);
-        benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, ReduceOp::Sum, 8, bytes)
-            ->UseRealTime();
+        benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, ReduceOp::Sum, 8, bytes);
       }
     }
   }
   // copy(): memcpy below the non-temporal threshold (16 MiB), streaming stores from it on.
   for (size_t bytes :
        {size_t(64) << 10, size_t(8) << 20, size_t(16) << 20, size_t(32) << 20, size_t(64) << 20}) {
-    benchmark::RegisterBenchmark(("copy/memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes)
-        ->UseRealTime();
+    benchmark::RegisterBenchmark(("copy/memcpy/" + sizeName(bytes)).c_str(), benchMemcpy, bytes);
     for (const KernelImpl* impl : impls) {
       benchmark::RegisterBenchmark((std::string("copy/") + impl->name + "/" + sizeName(bytes)).c_str(),
-                                   benchCopy, impl, bytes)
-          ->UseRealTime();
+                                   benchCopy, impl, bytes);
     }
   }
 }

@@ -3,6 +3,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
+
 #include "cpu/dispatch_internal.hpp"
 #include "cpu/reduce.hpp"
 
@@ -24,7 +28,15 @@ const KernelImpl& choose() {
 bool cpuSupportsAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // harmless if already done; needed if called before constructors ran
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  // The "avx2" test includes the OS's support for the YMM state (XGETBV).
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+#if defined(__clang__)
+  // Clang's __builtin_cpu_supports does not know "f16c": CPUID leaf 1, ECX bit 29.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1u) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
 #else
   return false;
 #endif

@@ -51,6 +51,13 @@
 #include <emmintrin.h>
 #endif
 
+// "No dependence between iterations of the next loop", which lets d == a (see binary()) vectorise.
+#if defined(__clang__)
+#define CHORUS_KERNELS_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define CHORUS_KERNELS_IVDEP _Pragma("GCC ivdep")
+#endif
+
 namespace chorus::kernels::CHORUS_KERNELS_ISA {
 
 // Entry points (declared for the dispatcher in dispatch_internal.hpp). They assume valid arguments
@@ -65,15 +72,16 @@ namespace {
 constexpr size_t kBlockBytes = 16 * 1024;
 
 // copy() switches to non-temporal stores from this size on. Measured on the development machine
-// (AMD EPYC Milan, 32 MiB L3, glibc 2.36), bytes read + written per second for a repeated copy:
-//   size     memcpy      streaming stores
-//   8 MiB    70 GB/s     46 GB/s   (source and destination stay in L3: memcpy wins)
-//   16 MiB   30-40 GB/s  45 GB/s
-//   32 MiB   21 GB/s     41 GB/s
-//   64 MiB   19 GB/s     39 GB/s
-// so streaming only pays once source plus destination no longer fit in L3 (16 MiB copies here).
-// Streaming also evicts the destination from cache, which hurts a reader that follows at once;
-// below the threshold that reader gets it from L3.
+// (AMD EPYC Milan VM, 512 KiB L2 per core, 32 MiB L3, glibc 2.36), bytes read + written per second
+// of a repeated copy, memcpy against a 64-byte streaming-store loop:
+//   size     memcpy      streaming   (bench_kernels copy/*: memcpy vs copy() at 16 MiB and up)
+//   8 MiB    54-70 GB/s  46 GB/s     source and destination stay in L3: memcpy wins
+//   16 MiB   30-40 GB/s  43-45 GB/s
+//   32 MiB   20 GB/s     35-41 GB/s
+//   64 MiB   17-19 GB/s  32-39 GB/s
+// so streaming pays once source plus destination no longer fit in L3. It also evicts the
+// destination from cache, which would hurt a reader that follows at once; below the threshold
+// that reader finds it in L3.
 constexpr size_t kNonTemporalThreshold = 16u << 20;
 
 inline size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
@@ -154,7 +162,9 @@ struct Elem<BFloat16> {
 template <typename A>
 inline constexpr bool kIsInt = std::is_integral_v<A>;
 
+// kSelects: the result is always one of the operands, so it needs no rounding (see binary()).
 struct OpSum {
+  static constexpr bool kSelects = false;
   template <typename A>
   static A apply(A a, A b) {
     if constexpr (kIsInt<A>) {
@@ -171,6 +181,7 @@ struct OpSum {
 };
 
 struct OpProd {
+  static constexpr bool kSelects = false;
   template <typename A>
   static A apply(A a, A b) {
     if constexpr (kIsInt<A>) {
@@ -188,6 +199,7 @@ struct OpProd {
 };
 
 struct OpMax {
+  static constexpr bool kSelects = true;
   template <typename A>
   static A apply(A a, A b) {
     if constexpr (kIsInt<A>) {
@@ -208,6 +220,7 @@ struct OpMax {
 };
 
 struct OpMin {
+  static constexpr bool kSelects = true;
   template <typename A>
   static A apply(A a, A b) {
     if constexpr (kIsInt<A>) {
@@ -229,6 +242,7 @@ struct OpMin {
 // ---- Finishing step applied to the last combination (Avg's division, or nothing) ----------------
 
 struct NoFinish {
+  static constexpr bool kIdentity = true;
   template <typename A>
   A operator()(A a) const {
     return a;
@@ -242,15 +256,20 @@ struct NoFinish {
 // Division by avgDivisor (> 0) in the accumulation type A.
 template <typename A>
 struct DivFinish {
+  static constexpr bool kIdentity = false;
   int divisor;
   A operator()(A a) const {
     if constexpr (!kIsInt<A>) {
       return a / A(divisor);
-    } else if constexpr (sizeof(A) < 4 || std::is_same_v<A, int32_t>) {
-      // |a| < 2^31 and divisor < 2^31: the correctly rounded double quotient never crosses an
-      // integer (that would take |a| >= 2^52), so truncating it is the exact truncated quotient;
-      // and unlike integer division this vectorises.
-      return A(int32_t(double(int32_t(a)) / double(divisor)));
+    } else if constexpr (sizeof(A) == 1) {
+      // A quotient a/d that is not an integer lies at least 1/d from one, farther than the rounding
+      // error of a float quotient (< |a|/d * 2^-24) as |a| < 2^24: truncating the float quotient
+      // is exact (and vectorises, unlike integer division). A divisor above 2^24 may round but
+      // still exceeds |a| <= 255, so the result is 0 either way.
+      return A(int32_t(float(int32_t(a)) / float(divisor)));
+    } else if constexpr (std::is_same_v<A, int32_t>) {
+      // The same with double's 53 bits: exact for |a| < 2^52, and the divisor is exact.
+      return A(int32_t(double(a) / double(divisor)));
     } else if constexpr (std::is_same_v<A, uint32_t>) {
       // The same for uint32, with the conversions done through int32 (which vectorise):
       // a = (a ^ 2^31) + 2^31 exactly; a quotient q >= 2^31 is truncated as (q - 2^31) + 2^31.
@@ -290,6 +309,7 @@ struct Vec<float> {
     lo = _mm256_loadu_ps(p);
     hi = _mm256_loadu_ps(p + 8);
   }
+  template <bool kExact = false>
   static void store(float* p, V lo, V hi) {
     _mm256_storeu_ps(p, lo);
     _mm256_storeu_ps(p + 8, hi);
@@ -304,6 +324,7 @@ struct Vec<double> {
     lo = _mm256_loadu_pd(p);
     hi = _mm256_loadu_pd(p + 4);
   }
+  template <bool kExact = false>
   static void store(double* p, V lo, V hi) {
     _mm256_storeu_pd(p, lo);
     _mm256_storeu_pd(p + 4, hi);
@@ -318,6 +339,7 @@ struct Vec<Half> {
     lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
   }
+  template <bool kExact = false>
   static void store(Half* p, V lo, V hi) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
@@ -344,22 +366,29 @@ struct Vec<BFloat16> {
     const __m256i nan = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
     return _mm256_blendv_epi8(r, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
   }
+  // kExact: every value is already a bfloat16 widened (Max/Min select one), so no rounding.
+  template <bool kExact = false>
   static void store(BFloat16* p, V lo, V hi) {
     const __m256i ulo = _mm256_castps_si256(lo);
     const __m256i uhi = _mm256_castps_si256(hi);
     __m256i out;
-    // One compare finds a NaN in either register; NaN payloads need the slower rounding above.
+    // One compare finds a NaN in either register; NaN payloads need the slower rounding below.
     if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_UNORD_Q)) == 0, 1)) {
-      // Round all 16 at once in 16-bit lanes: t = the truncated results (top halves, in element
-      // order), low = the discarded bottom halves. Round up iff low + (t & 1) > 0x8000, i.e. above
-      // half an ulp, or exactly half with an odd t; computed as a signed saturating add on
-      // low - 0x8000. A carry out of the mantissa moves to the exponent (to infinity at the top).
+      // t = the truncated results (top halves), in element order.
       const __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ulo, 16), uhi, 0xaa);
-      const __m256i low = _mm256_blend_epi16(ulo, _mm256_slli_epi32(uhi, 16), 0xaa);
-      const __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
-      const __m256i excess =
-          _mm256_adds_epi16(_mm256_xor_si256(low, _mm256_set1_epi16(int16_t(0x8000))), lsb);
-      out = _mm256_sub_epi16(t, _mm256_cmpgt_epi16(excess, _mm256_setzero_si256()));  // t + 1 where up
+      if constexpr (kExact) {
+        out = t;
+      } else {
+        // Round all 16 at once in 16-bit lanes: low = the discarded bottom halves. Round up iff
+        // low + (t & 1) > 0x8000, i.e. above half an ulp, or exactly half with an odd t; computed
+        // as a signed saturating add on low - 0x8000. A carry out of the mantissa moves to the
+        // exponent (to infinity at the top).
+        const __m256i low = _mm256_blend_epi16(ulo, _mm256_slli_epi32(uhi, 16), 0xaa);
+        const __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
+        const __m256i excess =
+            _mm256_adds_epi16(_mm256_xor_si256(low, _mm256_set1_epi16(int16_t(0x8000))), lsb);
+        out = _mm256_sub_epi16(t, _mm256_cmpgt_epi16(excess, _mm256_setzero_si256()));  // t + 1 where up
+      }
     } else {
       out = _mm256_blend_epi16(_mm256_srli_epi32(roundAny(lo), 16), roundAny(hi), 0xaa);  // odd words from hi
     }
@@ -371,9 +400,9 @@ struct Vec<BFloat16> {
 // ---- Portable float16: chunks with a fast path ---------------------------------------------------
 // Without F16C the exact branch-free conversions above cost some twenty SSE2 instructions per
 // element. Most data are zeros and normal numbers, for which widening is a shift and an add and
-// narrowing one rounding add; so the portable build converts float16 in chunks, and a vectorised
-// scan of each chunk picks the short loop when no element needs the general one. The results are
-// the same either way.
+// narrowing one rounding add; so the portable build converts float16 in chunks with the short
+// loops, which also note whether any element needed the general conversion, and only then convert
+// that chunk again the general way. The results are the same either way.
 
 #if !CHORUS_KERNELS_VECTOR_AVX2
 constexpr size_t kHalfChunk = 512;
@@ -404,7 +433,7 @@ inline const float* widen(const float* p, size_t, float*) { return p; }
 // loop covers zeros and results that round to normal halves.
 inline void narrow(const float* r, size_t m, Half* out) {
   uint32_t unusual = 0;
-#pragma GCC ivdep
+  CHORUS_KERNELS_IVDEP
   for (size_t j = 0; j < m; ++j) {
     const uint32_t u = bitsOf(r[j]);
     const uint32_t a = u & 0x7fffffffu;
@@ -413,7 +442,7 @@ inline void narrow(const float* r, size_t m, Half* out) {
     out[j].bits = uint16_t((a == 0 ? 0u : normal) | ((u >> 16) & 0x8000u));
   }
   if (unusual != 0) {
-#pragma GCC ivdep
+    CHORUS_KERNELS_IVDEP
     for (size_t j = 0; j < m; ++j) out[j].bits = floatToHalf(r[j]);
   }
 }
@@ -431,7 +460,7 @@ inline void binaryHalf(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
       narrow(bufR, m, d + base);
     } else {
       float* out = d + base;  // the float accumulator, possibly the same as x
-#pragma GCC ivdep
+      CHORUS_KERNELS_IVDEP
       for (size_t j = 0; j < m; ++j) out[j] = fin(Op::apply(x[j], y[j]));
     }
   }
@@ -451,6 +480,8 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
   if constexpr (Vec<TO>::kOk && Vec<TA>::kOk && Vec<TB>::kOk) {
     constexpr size_t U = Vec<TA>::kUnit;
     static_assert(Vec<TB>::kUnit == U && Vec<TO>::kUnit == U);
+    // Max/Min without a division return one of the (widened) operands: nothing to round.
+    constexpr bool kExact = Op::kSelects && Fin::kIdentity;
     for (; i + 2 * U <= n; i += 2 * U) {
       typename Vec<TA>::V a0, a1, a2, a3;
       typename Vec<TB>::V b0, b1, b2, b3;
@@ -458,15 +489,15 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
       Vec<TB>::load(b + i, b0, b1);
       Vec<TA>::load(a + i + U, a2, a3);
       Vec<TB>::load(b + i + U, b2, b3);
-      Vec<TO>::store(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
-      Vec<TO>::store(d + i + U, fin.vec(Op::vec(a2, b2)), fin.vec(Op::vec(a3, b3)));
+      Vec<TO>::template store<kExact>(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
+      Vec<TO>::template store<kExact>(d + i + U, fin.vec(Op::vec(a2, b2)), fin.vec(Op::vec(a3, b3)));
     }
     if (i + U <= n) {
       typename Vec<TA>::V a0, a1;
       typename Vec<TB>::V b0, b1;
       Vec<TA>::load(a + i, a0, a1);
       Vec<TB>::load(b + i, b0, b1);
-      Vec<TO>::store(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
+      Vec<TO>::template store<kExact>(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
       i += U;
     }
   }
@@ -476,7 +507,7 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
     return;
   }
 #endif
-#pragma GCC ivdep
+  CHORUS_KERNELS_IVDEP
   for (; i < n; ++i) {
     d[i] = Elem<TO>::store(fin(Op::apply(Elem<TA>::load(a[i]), Elem<TB>::load(b[i]))));
   }
@@ -495,13 +526,53 @@ inline void unary(T* d, const T* a, size_t n, Fin fin) {
     }
   }
 #endif
-#pragma GCC ivdep
+  CHORUS_KERNELS_IVDEP
   for (; i < n; ++i) d[i] = Elem<T>::store(fin(Elem<T>::load(a[i])));
 }
 
 template <typename T>
 inline const T* src(const void* const* srcs, int k) {
   return static_cast<const T*>(srcs[k]);
+}
+
+// acc[i] = acc[i] op s[i]: the middle sources of a block. Not inlined so that GCC's unroll-and-jam
+// cannot fuse consecutive sources into one loop, which it then fails to vectorise.
+template <typename Op, typename Acc, typename T>
+__attribute__((noinline)) void accumulate(Acc* acc, const T* s, size_t m) {
+  binary<Op>(acc, acc, s, m, NoFinish{});
+}
+
+// acc[i] = ((acc[i] op s1[i]) op s2[i]) op s3[i]: three middle sources in one pass, a third of the
+// accumulator loads and stores (L1 store bandwidth is what limits many sources otherwise).
+template <typename Op, typename Acc, typename T>
+__attribute__((noinline)) void accumulate3(Acc* acc, const T* s1, const T* s2, const T* s3, size_t m) {
+  size_t i = 0;
+#if CHORUS_KERNELS_VECTOR_AVX2
+  if constexpr (Vec<T>::kOk) {
+    constexpr size_t U = Vec<T>::kUnit;
+    for (; i + U <= m; i += U) {
+      typename Vec<Acc>::V a0, a1, x0, x1, y0, y1, z0, z1;
+      Vec<Acc>::load(acc + i, a0, a1);
+      Vec<T>::load(s1 + i, x0, x1);
+      Vec<T>::load(s2 + i, y0, y1);
+      Vec<T>::load(s3 + i, z0, z1);
+      Vec<Acc>::store(acc + i, Op::vec(Op::vec(Op::vec(a0, x0), y0), z0),
+                      Op::vec(Op::vec(Op::vec(a1, x1), y1), z1));
+    }
+  }
+#else
+  if constexpr (kIsHalf<T>) {  // the chunked float16 path, one source at a time
+    binary<Op>(acc, acc, s1, m, NoFinish{});
+    binary<Op>(acc, acc, s2, m, NoFinish{});
+    binary<Op>(acc, acc, s3, m, NoFinish{});
+    return;
+  }
+#endif
+  CHORUS_KERNELS_IVDEP
+  for (; i < m; ++i) {
+    acc[i] = Op::apply(Op::apply(Op::apply(acc[i], Elem<T>::load(s1[i])), Elem<T>::load(s2[i])),
+                       Elem<T>::load(s3[i]));
+  }
 }
 
 template <typename T, typename Op, typename Fin>
@@ -520,7 +591,11 @@ void reduceWith(T* dst, const void* const* srcs, int nsrcs, size_t count, Fin fi
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t m = minSize(kBlock, count - base);
     binary<Op>(acc, src<T>(srcs, 0) + base, src<T>(srcs, 1) + base, m, NoFinish{});
-    for (int k = 2; k < nsrcs - 1; ++k) binary<Op>(acc, acc, src<T>(srcs, k) + base, m, NoFinish{});
+    int k = 2;
+    for (; k + 3 <= nsrcs - 1; k += 3) {
+      accumulate3<Op>(acc, src<T>(srcs, k) + base, src<T>(srcs, k + 1) + base, src<T>(srcs, k + 2) + base, m);
+    }
+    for (; k < nsrcs - 1; ++k) accumulate<Op>(acc, src<T>(srcs, k) + base, m);
     binary<Op>(dst + base, acc, src<T>(srcs, nsrcs - 1) + base, m, fin);
   }
 }
@@ -623,5 +698,7 @@ void copy(void* dst, const void* src, size_t bytes) {
 }
 
 }  // namespace chorus::kernels::CHORUS_KERNELS_ISA
+
+#undef CHORUS_KERNELS_IVDEP
 
 #endif  // CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_

@@ -13,19 +13,18 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  for (size_t off = 0; off < op.count; off += chunk) {
-    const size_t ce = std::min(chunk, op.count - off);
-    const int h = ctx.nextStageHalf();
-    kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
-    ctx.syncAll();
-    for (int k = 0; k < n; ++k) {
-      if (k == me) continue;
-      kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h), ce * elem);
-    }
-    if (!inPlace) {
-      kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem), ce * elem);
-    }
-  }
+  forEachStagedChunk(
+      ctx, op.count, chunk,
+      [&](size_t off, size_t ce, int h) { kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem); },
+      [&](size_t off, size_t ce, int h) {
+        for (int k = 0; k < n; ++k) {
+          if (k == me) continue;
+          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h), ce * elem);
+        }
+        if (!inPlace) {
+          kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem), ce * elem);
+        }
+      });
 }
 
 void allGatherRing(Context& ctx, const Op& op) {

@@ -12,17 +12,18 @@ void broadcastDirect(Context& ctx, const Op& op) {
   const int me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  for (size_t off = 0; off < op.count; off += chunk) {
-    const size_t ce = std::min(chunk, op.count - off);
-    const int h = ctx.nextStageHalf();
-    if (me == op.root) kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
-    ctx.syncAll();
-    if (me != op.root) {
-      kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem);
-    } else if (op.send != op.recv) {
-      kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem);
-    }
-  }
+  forEachStagedChunk(
+      ctx, op.count, chunk,
+      [&](size_t off, size_t ce, int h) {
+        if (me == op.root) kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      },
+      [&](size_t off, size_t ce, int h) {
+        if (me != op.root) {
+          kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem);
+        } else if (op.send != op.recv) {
+          kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem);
+        }
+      });
 }
 
 void broadcastPipeline(Context& ctx, const Op& op) {

@@ -1,6 +1,7 @@
 // Small helpers shared by the algorithm files.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -27,6 +28,31 @@ inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, s
   size_t per = shm.stageHalfBytes() / elemSize / blocks;
   size_t line = cacheLineElems(elemSize);
   return per >= line ? per / line * line : (per ? per : 1);
+}
+
+/// The shape of every direct algorithm: for each chunk of at most `chunk` elements (offset `off`,
+/// length `ce`), `stage(off, ce, half)` writes this rank's part into its staging half, all ranks
+/// synchronise, and `consume(off, ce, half)` reads what the peers staged. Halves alternate, so the
+/// next chunk's staging cannot overwrite data a slower peer is still reading (see shm_group.hpp).
+template <typename Stage, typename Consume>
+void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage, Consume&& consume) {
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t ce = std::min(chunk, count - off);
+    const int half = ctx.nextStageHalf();
+    stage(off, ce, half);
+    ctx.syncAll();
+    consume(off, ce, half);
+  }
+}
+
+/// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
+/// block after block into this rank's staging half (reduce-scatter and all-to-all layouts).
+inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, size_t count, size_t off, size_t ce,
+                        size_t elemSize) {
+  std::byte* mine = shm.stage(shm.rank(), half);
+  for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
+    kernels::copy(mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);
+  }
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

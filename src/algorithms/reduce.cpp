@@ -12,16 +12,14 @@ void reduceDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  for (size_t off = 0; off < op.count; off += chunk) {
-    const size_t ce = std::min(chunk, op.count - off);
-    const int h = ctx.nextStageHalf();
-    kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
-    ctx.syncAll();
-    if (me == op.root) {
-      for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
-      kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
-    }
-  }
+  forEachStagedChunk(
+      ctx, op.count, chunk,
+      [&](size_t off, size_t ce, int h) { kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem); },
+      [&](size_t off, size_t ce, int h) {
+        if (me != op.root) return;
+        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
+        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+      });
 }
 
 void reducePipeline(Context& ctx, const Op& op) {

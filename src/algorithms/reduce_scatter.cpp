@@ -14,18 +14,13 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  for (size_t off = 0; off < op.count; off += chunk) {
-    const size_t ce = std::min(chunk, op.count - off);
-    const int h = ctx.nextStageHalf();
-    std::byte* mine = shm.stage(me, h);
-    for (int j = 0; j < n; ++j) {
-      kernels::copy(mine + static_cast<size_t>(j) * ce * elem, at(op.send, static_cast<size_t>(j) * op.count + off, elem),
-                    ce * elem);
-    }
-    ctx.syncAll();
-    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
-    kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
-  }
+  forEachStagedChunk(
+      ctx, op.count, chunk,
+      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },
+      [&](size_t off, size_t ce, int h) {
+        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
+        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+      });
 }
 
 // Ring: block r-s-1 travels one hop per step, each rank adding its own contribution; partial

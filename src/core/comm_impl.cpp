@@ -197,16 +197,18 @@ void CommImpl::runTask(Task& task) {
   }
   try {
     executeGroup(task.ops);
+    curOp_ = nullptr;
+    curP2p_ = 0;
     task.work->complete(chorusSuccess);
   } catch (const Error& e) {
     markFailed(e.code(), e.what());
     task.work->complete(e.code(), e.what());
   } catch (const std::bad_alloc&) {
-    std::string m = strCat("rank ", rank_, ": out of memory during ", opWhat_);
+    std::string m = strCat("rank ", rank_, ": out of memory during ", opWhat());
     markFailed(chorusSystemError, m);
     task.work->complete(chorusSystemError, m);
   } catch (const std::exception& e) {
-    std::string m = strCat("rank ", rank_, ": internal error during ", opWhat_, ": ", e.what());
+    std::string m = strCat("rank ", rank_, ": internal error during ", opWhat(), ": ", e.what());
     markFailed(chorusInternalError, m);
     task.work->complete(chorusInternalError, m);
   }
@@ -248,9 +250,13 @@ void CommImpl::setLastError(const std::string& message) {
 
 // ---- Execution ------------------------------------------------------------------------------------
 
-std::string CommImpl::describe(const Op& op, const char* algorithm) const {
-  return strCat(opKindName(op.kind), " #", collSeq_, " (", op.count, " x ", dataTypeName(op.type),
-                algorithm ? strCat(", ", algorithm) : std::string(), ")");
+std::string CommImpl::opWhat() const {
+  if (curOp_) {
+    return strCat(opKindName(curOp_->kind), " #", collSeq_, " (", curOp_->count, " x ", dataTypeName(curOp_->type),
+                  curAlgo_ ? strCat(", ", curAlgo_) : std::string(), ")");
+  }
+  if (curP2p_) return strCat("group of ", curP2p_, " sends/receives");
+  return "operation";
 }
 
 void CommImpl::executeGroup(const std::vector<Op>& ops) {
@@ -267,9 +273,8 @@ void CommImpl::executeGroup(const std::vector<Op>& ops) {
     }
   }
   if (!p2p.empty()) {
-    opWhat_ = p2p.size() == 1 ? strCat(p2p[0].kind == engine::TransferKind::Send ? "send to rank " : "recv from rank ",
-                                       p2p[0].peer)
-                              : strCat("group of ", p2p.size(), " sends/receives");
+    curOp_ = nullptr;
+    curP2p_ = p2p.size();
     tag_ = kPointToPointTag;
     run(p2p);
   }
@@ -297,7 +302,8 @@ void CommImpl::executeCollective(const Op& op) {
   ++collSeq_;
   tag_ = static_cast<uint16_t>(collSeq_ % 0xFFFF);
   if (size_ == 1) {
-    opWhat_ = describe(op, nullptr);
+    curOp_ = &op;
+    curAlgo_ = nullptr;
     executeLocally(op);
     return;
   }
@@ -317,7 +323,8 @@ void CommImpl::executeCollective(const Op& op) {
             formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name, " (",
             algorithm->description, ")");
   }
-  opWhat_ = describe(op, algorithm->name);
+  curOp_ = &op;
+  curAlgo_ = algorithm->name;
   algorithm->run(*this, op);
 }
 
@@ -327,7 +334,7 @@ engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();
-  engine::runTransfers(transfers, *this, rank_, waiter, opWhat_);
+  engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
 }
 
 void CommImpl::syncAll() {
@@ -343,7 +350,7 @@ void CommImpl::syncAll() {
       for (int r = 0; r < size_; ++r) {
         if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
       }
-      return strCat("rank ", rank_, ": ", opWhat_, ": waiting for rank(s) ", missing, " to arrive");
+      return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
     });
   }
 }
@@ -371,13 +378,13 @@ size_t CommImpl::memoryBytes() const { return (shm_ ? shm_->ownBytes() : 0) + sc
 
 void CommImpl::checkHealth() {
   if (abortRequested_.load()) {
-    fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: the communicator was aborted"));
+    fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: the communicator was aborted"));
   }
   if (shm_) {
     std::string text;
     int peer = shm_->findPeerFailure(&text);
     if (peer >= 0) {
-      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: rank ", peer, " failed: ", text));
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
     }
   }
   for (size_t r = 0; r < peerPidfds_.size(); ++r) {
@@ -385,7 +392,7 @@ void CommImpl::checkHealth() {
     if (fd < 0) continue;
     struct pollfd p {fd, POLLIN, 0};
     if (poll(&p, 1, 0) > 0) {
-      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat_, " stopped: rank ", r, " (", hosts_[r].describe(),
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", r, " (", hosts_[r].describe(),
                                      ") died"));
     }
   }

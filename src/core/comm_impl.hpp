@@ -93,7 +93,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void markFailed(chorusResult_t code, const std::string& message);
   void workerLoop();
   engine::Waiter makeWaiter();
-  std::string describe(const Op& op, const char* algorithm) const;
 
   const int rank_;
   const int size_;
@@ -113,7 +112,11 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   int stageHalf_ = 1;
   uint16_t tag_ = 0;
   engine::Clock::time_point opDeadline_{};
-  std::string opWhat_;
+  // What is running now, for error messages (text built only when needed).
+  const Op* curOp_ = nullptr;
+  const char* curAlgo_ = nullptr;
+  size_t curP2p_ = 0;
+  std::string opWhat() const;
   struct Scratch {
     std::byte* ptr = nullptr;
     size_t bytes = 0;

@@ -67,7 +67,7 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
   return moved;
 }
 
-bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::string& what) {
+bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::function<std::string()>& what) {
   bool moved = false;
   if (t.phase == 0) {
     std::span<const std::byte> s = pipe.peek();
@@ -78,7 +78,7 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::strin
     size_t len = static_cast<size_t>(h & kLengthMask);
     if (tag != t.tag || len != t.bytes) {
       fail(chorusInvalidUsage,
-           strCat("rank ", self, ": ", what, ": message from rank ", t.peer, " has ", len, " bytes (tag ", tag,
+           strCat("rank ", self, ": ", what(), ": message from rank ", t.peer, " has ", len, " bytes (tag ", tag,
                   ") but this rank expected ", t.bytes, " bytes (tag ", t.tag,
                   "); the ranks called different operations, counts or types"));
     }
@@ -118,21 +118,21 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::strin
 }
 
 // Sends to and receives from this rank itself pair up in order and complete by local copy.
-void runSelfTransfers(std::span<Transfer> ts, int self, const std::string& what) {
+void runSelfTransfers(std::span<Transfer> ts, int self, const std::function<std::string()>& what) {
   std::vector<size_t> sends, recvs;
   for (size_t i = 0; i < ts.size(); ++i) {
     if (ts[i].peer != self) continue;
     (ts[i].kind == TransferKind::Send ? sends : recvs).push_back(i);
   }
   if (sends.size() != recvs.size()) {
-    fail(chorusInvalidUsage, strCat("rank ", self, ": ", what, ": ", sends.size(), " sends to self but ",
+    fail(chorusInvalidUsage, strCat("rank ", self, ": ", what(), ": ", sends.size(), " sends to self but ",
                                     recvs.size(), " receives from self in the same group"));
   }
   for (size_t k = 0; k < sends.size(); ++k) {
     Transfer& s = ts[sends[k]];
     Transfer& r = ts[recvs[k]];
     if (s.bytes != r.bytes) {
-      fail(chorusInvalidUsage, strCat("rank ", self, ": ", what, ": send to self of ", s.bytes,
+      fail(chorusInvalidUsage, strCat("rank ", self, ": ", what(), ": send to self of ", s.bytes,
                                       " bytes matched with a receive of ", r.bytes, " bytes"));
     }
     if (r.kind == TransferKind::Recv) {
@@ -165,7 +165,7 @@ Transfer Transfer::recvReduce(int peer, void* dst, const void* local, size_t byt
   return t;
 }
 
-void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& waiter, const std::string& what) {
+void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& waiter, const std::function<std::string()>& what) {
   runSelfTransfers(ts, self, what);
   // blockedBy[i]: the previous transfer on the same pipe (same peer and direction), or -1.
   std::vector<int> blockedBy(ts.size(), -1);
@@ -180,7 +180,7 @@ void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& wait
     lastOnPipe[key] = static_cast<int>(i);
   }
   auto describe = [&]() {
-    std::string s = strCat("rank ", self, ": ", what, " stalled:");
+    std::string s = strCat("rank ", self, ": ", what(), " stalled:");
     int shown = 0;
     for (const Transfer& t : ts) {
       if (t.complete()) continue;

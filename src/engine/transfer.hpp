@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -82,6 +83,6 @@ class PipeSet {
 /// Runs every transfer to completion. Transfers to/from `self` are matched in order (send with
 /// recv) and done by local copy. `what` names the operation in errors ("allreduce #12 (ring)").
 void runTransfers(std::span<Transfer> transfers, PipeSet& pipes, int self, Waiter& waiter,
-                  const std::string& what);
+                  const std::function<std::string()>& what);
 
 }  // namespace chorus::engine

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,10 +35,41 @@ bool contains(const std::string& text, const std::string& word) {
   return text.find(word) != std::string::npos;
 }
 
-// True if `text` names rank `r` ("rank 2", "rank(s) 2", "ranks 0, 2", ...).
+// True if `text` names rank `r`: "rank 2", "rank(s) 2", "ranks 0, 2", "rank: 2" ...
 bool namesRank(const std::string& text, int r) {
-  std::regex re("rank(s|\\(s\\))?:? ([0-9]+, )*" + std::to_string(r) + "\\b");
-  return std::regex_search(text, re);
+  const size_t n = text.size();
+  for (size_t pos = text.find("rank"); pos != std::string::npos; pos = text.find("rank", pos + 1)) {
+    size_t i = pos + 4;
+    if (text.compare(i, 3, "(s)") == 0) {
+      i += 3;
+    } else if (i < n && text[i] == 's') {
+      ++i;
+    }
+    if (i < n && text[i] == ':') ++i;
+    // A list of numbers separated by ", ".
+    while (i < n && text[i] == ' ') {
+      const size_t start = ++i;
+      while (i < n && text[i] >= '0' && text[i] <= '9' && i - start < 9) ++i;
+      if (i == start) break;
+      if (std::stoi(text.substr(start, i - start)) == r && (i == n || text[i] < '0' || text[i] > '9'))
+        return true;
+      if (i < n && text[i] == ',') {
+        ++i;
+      } else {
+        break;
+      }
+    }
+  }
+  return false;
+}
+
+TEST(NamesRank, RecognisesTheLibrarysPhrasings) {
+  EXPECT_TRUE(namesRank("stopped: rank 1 (vm pid 12) died", 1));
+  EXPECT_TRUE(namesRank("waiting for rank(s) 0, 2 to arrive", 2));
+  EXPECT_TRUE(namesRank("waiting for rank(s) 2 to arrive", 2));
+  EXPECT_FALSE(namesRank("rank 10 died", 1));
+  EXPECT_FALSE(namesRank("rank 0: comm1 failed", 1));
+  EXPECT_FALSE(namesRank("ranked 1", 1));
 }
 
 class Fault : public ::testing::Test {

@@ -115,9 +115,6 @@ float refBf16ToFloat(uint16_t b) {
 // ---- Typed helpers --------------------------------------------------------------------------------
 
 template <typename T>
-inline constexpr bool kIsHalfLike = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-template <typename T>
 double toDouble(T x) {
   if constexpr (std::is_same_v<T, Half>) {
     return halfBitsValue(x.bits);
@@ -315,8 +312,10 @@ void checkCase(const KernelImpl& impl, ReduceOp op, int nsrcs, size_t count, Lay
 template <typename T>
 void checkMatrix(const KernelImpl& impl, ReduceOp op) {
   std::mt19937_64 rng(0x5eed0000u + unsigned(dataTypeOf<T>()) * 16u + unsigned(op));
-  // 16411 > the 16384-element block of the 8-bit types; 4099 crosses the others' blocks.
-  for (int nsrcs : {1, 2, 3, 8}) {
+  // 16411 > the 16384-element block of the 8-bit types; 4099 crosses the others' blocks. With 5
+  // sources the middle three go through one three-source pass; with 8, one such pass and two
+  // single-source ones.
+  for (int nsrcs : {1, 2, 3, 5, 8}) {
     for (size_t count : {0, 1, 7, 31, 33, 1023, 4099, 16411}) {
       for (Layout layout : {Layout::Separate, Layout::Unaligned, Layout::AliasFirst, Layout::AliasLast}) {
         if (layout == Layout::AliasLast && nsrcs == 1) continue;  // same as AliasFirst
@@ -438,6 +437,19 @@ TEST(ReduceIntegers, AvgTruncatesTowardZero) {
   expectReduce<int64_t>({-7, 0}, ReduceOp::Avg, -1, 4);
   expectReduce<uint64_t>({~uint64_t(0)}, ReduceOp::Avg, ~uint64_t(0) / 7, 7);
   expectReduce<int32_t>({5, 6}, ReduceOp::Avg, 0, 1000000);
+  expectReduce<int8_t>({-128}, ReduceOp::Avg, -42, 3);
+  expectReduce<int8_t>({-128}, ReduceOp::Avg, -128, 1);
+  expectReduce<int8_t>({127}, ReduceOp::Avg, 0, 128);
+  expectReduce<int8_t>({127}, ReduceOp::Avg, 1, 127);
+  expectReduce<uint8_t>({255}, ReduceOp::Avg, 1, 255);
+  expectReduce<uint8_t>({255}, ReduceOp::Avg, 0, (1 << 24) + 1);
+  expectReduce<int8_t>({-128}, ReduceOp::Avg, 0, std::numeric_limits<int>::max());
+  expectReduce<int32_t>({std::numeric_limits<int32_t>::max()}, ReduceOp::Avg, 1,
+                        std::numeric_limits<int>::max());
+  expectReduce<int32_t>({std::numeric_limits<int32_t>::max() - 1}, ReduceOp::Avg, 0,
+                        std::numeric_limits<int>::max());
+  expectReduce<uint32_t>({0xffffffffu}, ReduceOp::Avg, 2u, std::numeric_limits<int>::max());
+  expectReduce<uint32_t>({0xfffffffdu}, ReduceOp::Avg, 1u, std::numeric_limits<int>::max());
   // Avg without a divisor is the sum.
   expectReduce<int32_t>({5, 6}, ReduceOp::Avg, 11, 0);
   expectReduce<float>({1.5f, 2.0f}, ReduceOp::Avg, 3.5f, 0);
