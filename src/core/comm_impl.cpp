@@ -330,7 +330,7 @@ void CommImpl::executeCollective(const Op& op) {
 
 // ---- Context for algorithms ---------------------------------------------------------------------
 
-engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, config_.timeout); }
+engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, config_.timeout, spinPolls_); }
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();

@@ -103,7 +103,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::unique_ptr<transport::ShmGroup> shm_;
   std::vector<HostIdentity> hosts_;
   std::vector<int> peerPidfds_;  // -1 where not watched
-  std::vector<int> peerPids_;
+  uint32_t spinPolls_ = 256;  // 0 when this host runs more ranks than this process may use cores
 
   // Per-operation state, touched only by the thread running the current ticket.
   uint64_t collSeq_ = 0;

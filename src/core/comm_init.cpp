@@ -1,4 +1,5 @@
 // Communicator creation, splitting and teardown.
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -117,6 +118,11 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.timeout = timeout;
     shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
   }
+  // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  if (size_ > cores) spinPolls_ = 0;
   peerPidfds_.assign(static_cast<size_t>(size_), -1);
   for (int r = 0; r < size_; ++r) {
     const HostIdentity& h = hosts_[static_cast<size_t>(r)];

@@ -18,7 +18,7 @@ constexpr auto kHealthEvery = std::chrono::milliseconds(10);
 void Waiter::slowIdle(std::string (*describe)(const void*), const void* ctx) {
   if (health_.abortRequested()) health_.checkHealth();
   Clock::time_point now = Clock::now();
-  if (idleCount_ == kSpinPolls) {
+  if (idleCount_ == spinPolls_ + 1) {
     idleSince_ = now;
     if (lastHealthCheck_ == Clock::time_point{}) lastHealthCheck_ = now;
   }

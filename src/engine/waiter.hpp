@@ -40,8 +40,10 @@ inline void cpuRelax() {
 
 class Waiter {
  public:
-  Waiter(Health& health, Clock::time_point deadline, std::chrono::milliseconds timeout)
-      : health_(health), deadline_(deadline), timeout_(timeout) {}
+  /// `spinPolls`: idle polls spent spinning before yielding (0 when ranks outnumber cores: a
+  /// spinning rank would only burn the time slice of the peer it waits for).
+  Waiter(Health& health, Clock::time_point deadline, std::chrono::milliseconds timeout, uint32_t spinPolls = 256)
+      : health_(health), deadline_(deadline), timeout_(timeout), spinPolls_(spinPolls) {}
 
   /// Call after a poll that made progress.
   void progressed() { idleCount_ = 0; }
@@ -49,7 +51,7 @@ class Waiter {
   /// Call after a poll that made no progress. `describe` says what is pending (for errors).
   template <typename Describe>
   void idle(Describe&& describe) {
-    if (++idleCount_ < kSpinPolls) {
+    if (++idleCount_ <= spinPolls_) {
       cpuRelax();
       return;
     }
@@ -57,7 +59,6 @@ class Waiter {
   }
 
  private:
-  static constexpr uint32_t kSpinPolls = 256;
   template <typename F>
   static std::string invoke(const void* f) {
     return (*static_cast<const F*>(f))();
@@ -67,6 +68,7 @@ class Waiter {
   Health& health_;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
+  uint32_t spinPolls_;
   uint32_t idleCount_ = 0;
   Clock::time_point idleSince_{};
   Clock::time_point lastHealthCheck_{};
