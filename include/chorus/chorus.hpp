@@ -44,7 +44,8 @@ inline constexpr int kNumReduceOps = chorusNumOps;
 
 /// Bytes per element; throws chorusInvalidArgument for an unknown type.
 CHORUS_API size_t dataTypeSize(DataType t);
-/// "float32", "bfloat16", ... ("unknown(N)" for anything else).
+/// "float32", "bfloat16", ... ("unknown(N)" for anything else, valid until the next such call on
+/// this thread).
 CHORUS_API const char* dataTypeName(DataType t);
 CHORUS_API const char* reduceOpName(ReduceOp op);
 

@@ -351,7 +351,7 @@ void CommImpl::syncAll() {
         if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
       }
       return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
-    });
+    }, [&](int r) { return shm_->syncFlag(r) < target; });
   }
 }
 
@@ -376,20 +376,22 @@ size_t CommImpl::memoryBytes() const { return (shm_ ? shm_->ownBytes() : 0) + sc
 
 // ---- Health --------------------------------------------------------------------------------------
 
-void CommImpl::checkHealth() {
+void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
   if (abortRequested_.load()) {
     fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: the communicator was aborted"));
   }
   if (shm_) {
     std::string text;
-    int peer = shm_->findPeerFailure(&text);
+    chorusResult_t code = chorusRemoteError;
+    int peer = shm_->findPeerFailure(&code, &text);
     if (peer >= 0) {
-      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+      // A peer's timeout is this rank's timeout too (same missing ranks); anything else is remote.
+      fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
     }
   }
   for (size_t r = 0; r < peerPidfds_.size(); ++r) {
     int fd = peerPidfds_[r];
-    if (fd < 0) continue;
+    if (fd < 0 || !waitingOn(static_cast<int>(r))) continue;
     struct pollfd p {fd, POLLIN, 0};
     if (poll(&p, 1, 0) > 0) {
       fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", r, " (", hosts_[r].describe(),

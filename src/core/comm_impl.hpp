@@ -75,7 +75,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
 
   // engine::Health
   bool abortRequested() const override { return abortRequested_.load(std::memory_order_relaxed); }
-  void checkHealth() override;
+  void checkHealth(engine::FunctionRef<bool(int)> waitingOn) override;
 
  private:
   CommImpl(int rank, int size, const Config& config);

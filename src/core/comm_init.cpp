@@ -9,6 +9,7 @@
 #include <exception>
 #include <thread>
 
+#include "bootstrap/rank_wait.hpp"
 #include "core/comm_impl.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -79,6 +80,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     id = randomHex(12);
     store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_));
   }
+  waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
   {
     // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.

@@ -1,3 +1,5 @@
+#include <cstdio>
+
 #include "chorus/chorus.hpp"
 #include "core/error.hpp"
 
@@ -36,7 +38,9 @@ const char* dataTypeName(DataType t) {
     case DataType::Float32: return "float32";
     case DataType::Float64: return "float64";
   }
-  return "unknown";
+  thread_local char unknown[32];
+  std::snprintf(unknown, sizeof unknown, "unknown(%d)", static_cast<int>(t));
+  return unknown;
 }
 
 const char* reduceOpName(ReduceOp op) {

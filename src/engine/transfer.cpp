@@ -206,7 +206,12 @@ void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& wait
     if (moved) {
       waiter.progressed();
     } else {
-      waiter.idle(describe);
+      waiter.idle(describe, [&](int rank) {
+        for (const Transfer& t : ts) {
+          if (!t.complete() && t.peer == rank) return true;
+        }
+        return false;
+      });
     }
   }
 }

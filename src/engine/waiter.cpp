@@ -15,8 +15,8 @@ constexpr auto kMaxSleep = std::chrono::microseconds(500);
 constexpr auto kHealthEvery = std::chrono::milliseconds(10);
 }  // namespace
 
-void Waiter::slowIdle(std::string (*describe)(const void*), const void* ctx) {
-  if (health_.abortRequested()) health_.checkHealth();
+void Waiter::slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)> waitingOn) {
+  if (health_.abortRequested()) health_.checkHealth(waitingOn);
   Clock::time_point now = Clock::now();
   if (idleCount_ == spinPolls_ + 1) {
     idleSince_ = now;
@@ -24,10 +24,10 @@ void Waiter::slowIdle(std::string (*describe)(const void*), const void* ctx) {
   }
   if (now - lastHealthCheck_ >= kHealthEvery) {
     lastHealthCheck_ = now;
-    health_.checkHealth();
+    health_.checkHealth(waitingOn);
   }
   if (now >= deadline_) {
-    fail(chorusTimeout, strCat(describe(ctx), " (timed out after ", timeout_.count(),
+    fail(chorusTimeout, strCat(describe(), " (timed out after ", timeout_.count(),
                                " ms; CHORUS_TIMEOUT or Config::timeout sets the limit)"));
   }
   auto idleFor = now - idleSince_;

@@ -19,6 +19,21 @@ namespace chorus::engine {
 
 using Clock = std::chrono::steady_clock;
 
+/// A non-owning reference to a callable (valid while the callable lives).
+template <typename Sig>
+class FunctionRef;
+template <typename R, typename... A>
+class FunctionRef<R(A...)> {
+ public:
+  template <typename F>
+  FunctionRef(F& f) : obj_(&f), call_([](const void* o, A... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
+  R operator()(A... a) const { return call_(obj_, a...); }
+
+ private:
+  const void* obj_;
+  R (*call_)(const void*, A...);
+};
+
 /// Implemented by the communicator: is it still safe to keep waiting?
 class Health {
  public:
@@ -26,8 +41,9 @@ class Health {
   /// Cheap check, called often (an atomic load).
   virtual bool abortRequested() const = 0;
   /// Thorough check, called every few milliseconds while idle: throws chorus::Error when the
-  /// communicator was aborted, a peer published a failure, or a peer process died.
-  virtual void checkHealth() = 0;
+  /// communicator was aborted, a peer published a failure, or the process of a peer that
+  /// `waitingOn(rank)` says we still need has died (a peer that finished and exited is fine).
+  virtual void checkHealth(FunctionRef<bool(int)> waitingOn) = 0;
 };
 
 inline void cpuRelax() {
@@ -48,22 +64,19 @@ class Waiter {
   /// Call after a poll that made progress.
   void progressed() { idleCount_ = 0; }
 
-  /// Call after a poll that made no progress. `describe` says what is pending (for errors).
-  template <typename Describe>
-  void idle(Describe&& describe) {
+  /// Call after a poll that made no progress. `describe()` says what is pending (for errors);
+  /// `waitingOn(rank)` whether that rank is one we still need something from.
+  template <typename Describe, typename WaitingOn>
+  void idle(Describe&& describe, WaitingOn&& waitingOn) {
     if (++idleCount_ <= spinPolls_) {
       cpuRelax();
       return;
     }
-    slowIdle(&invoke<std::remove_reference_t<Describe>>, &describe);
+    slowIdle(FunctionRef<std::string()>(describe), FunctionRef<bool(int)>(waitingOn));
   }
 
  private:
-  template <typename F>
-  static std::string invoke(const void* f) {
-    return (*static_cast<const F*>(f))();
-  }
-  void slowIdle(std::string (*describe)(const void*), const void* ctx);
+  void slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)> waitingOn);
 
   Health& health_;
   Clock::time_point deadline_;

@@ -79,10 +79,8 @@ TEST(ApiError, BadCallsThrowErrorNamingTheProblem) {
   });
 }
 
-// LIBRARY BUG (disabled so the suite stays green; run with --gtest_also_run_disabled_tests):
-// chorus.hpp documents dataTypeName() as returning "unknown(N)" for an unknown type, but
-// src/core/datatype.cpp returns plain "unknown", dropping the value.
-TEST(ApiError, DISABLED_UnknownDataTypeNameIncludesValue) {
+// chorus.hpp documents dataTypeName() as returning "unknown(N)" for an unknown type.
+TEST(ApiError, UnknownDataTypeNameIncludesValue) {
   EXPECT_STREQ(dataTypeName(static_cast<DataType>(42)), "unknown(42)");
 }
 

@@ -178,12 +178,9 @@ TEST_F(Fault, KillDashNineBeforeInit_InitTimesOut) {
   }
 }
 
-// LIBRARY BUG (disabled so the suite stays green; run with --gtest_also_run_disabled_tests):
-// chorus.h promises that a chorusTimeout message names the ranks, but an init that times out
-// waiting for a rank that never joined reports only the store key it polled, e.g.
-// "file store /tmp/x: get('chorus/comm1/host/1') timed out after 3000 ms" (CommImpl::init,
-// src/core/comm_init.cpp, reading "host/<r>" with no context). Expected: "rank 0: ... rank 1 ...".
-TEST_F(Fault, DISABLED_KillDashNineBeforeInit_MessageNamesMissingRank) {
+// chorus.h promises that a chorusTimeout message names the ranks: an init that times out waiting
+// for a rank that never joined says which rank waited and which never came.
+TEST_F(Fault, KillDashNineBeforeInit_MessageNamesMissingRank) {
   TempDir dir("fault-out");
   auto procs = runFaultJob("before-init", "3", dir);
   for (int r : {0, 2}) {
@@ -258,10 +255,8 @@ TEST_F(Fault, MissingRank_TimeoutNamesIt) {
 }
 
 // Stricter form of the above, as the [core] issue states it: both ranks that arrived report
-// chorusTimeout. Disabled: documents expected behaviour the library does not have yet (see the
-// test report; CommImpl::checkHealth turns a peer's published chorusTimeout into chorusRemoteError,
-// src/core/comm_impl.cpp, so which code a rank gets depends on which deadline passes first).
-TEST_F(Fault, DISABLED_MissingRank_EveryWaitingRankReportsTimeout) {
+// chorusTimeout, whichever deadline passes first (a peer's published timeout stays a timeout).
+TEST_F(Fault, MissingRank_EveryWaitingRankReportsTimeout) {
   auto comms = Communicator::createLocal(3, shortTimeout(2s));
   Outcome outcomes[2];
   std::thread t0([&] { outcomes[0] = allReduceOutcome(comms[0]); });

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 
+#include "bootstrap/rank_wait.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -51,9 +52,7 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
 
   const std::string keyBase = "shm/";
   store.setString(strCat(keyBase, "created/", rank), "1");
-  std::vector<std::string> keys;
-  for (int r = 0; r < nranks; ++r) keys.push_back(strCat(keyBase, "created/", r));
-  store.wait(keys, options.timeout);
+  waitForRanks(store, keyBase + "created/", nranks, rank, options.timeout, "shared-memory setup");
   for (int r = 0; r < nranks; ++r) {
     if (r == rank) continue;
     segments_[static_cast<size_t>(r)] = ShmSegment::open(nameOf(r), segmentBytes_);
@@ -65,9 +64,7 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
   }
   // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
   store.setString(strCat(keyBase, "mapped/", rank), "1");
-  keys.clear();
-  for (int r = 0; r < nranks; ++r) keys.push_back(strCat(keyBase, "mapped/", r));
-  store.wait(keys, options.timeout);
+  waitForRanks(store, keyBase + "mapped/", nranks, rank, options.timeout, "shared-memory setup");
   segments_[static_cast<size_t>(rank)].unlink();
 
   sendPipes_.resize(static_cast<size_t>(nranks));
@@ -105,11 +102,12 @@ void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
                     std::memory_order_release);
 }
 
-int ShmGroup::findPeerFailure(std::string* text) const {
+int ShmGroup::findPeerFailure(chorusResult_t* code, std::string* text) const {
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     Header* h = header(r);
-    if (h->failCode.load(std::memory_order_acquire) != 0) {
+    if (uint32_t c = h->failCode.load(std::memory_order_acquire); c != 0) {
+      if (code) *code = static_cast<chorusResult_t>(c);
       if (text) *text = std::string(h->failText, strnlen(h->failText, kFailTextBytes));
       return r;
     }

@@ -56,8 +56,8 @@ class ShmGroup {
 
   /// Tells the peers this rank failed (first call wins); they report `text` naming this rank.
   void publishFailure(chorusResult_t code, const std::string& text);
-  /// A peer that published a failure: its rank (and text), or -1.
-  int findPeerFailure(std::string* text) const;
+  /// A peer that published a failure: its rank (and code and text), or -1.
+  int findPeerFailure(chorusResult_t* code, std::string* text) const;
 
   /// Bytes of shared memory this rank created (its own segment).
   size_t ownBytes() const { return segmentBytes_; }

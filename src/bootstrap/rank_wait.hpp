@@ -1,0 +1,34 @@
+// Waiting for every rank's key during initialisation, with errors that name the missing ranks.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.hpp"
+#include "chorus/store.hpp"
+#include "core/util.hpp"
+
+namespace chorus {
+
+/// Waits until `<prefix><r>` exists for every rank r < nranks. On timeout throws chorusTimeout
+/// "rank <self> of <n>: <stage> timed out after T ms waiting for rank(s) a, b (CHORUS_TIMEOUT)".
+inline void waitForRanks(Store& store, const std::string& prefix, int nranks, int self,
+                         std::chrono::milliseconds timeout, const std::string& stage) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < nranks; ++r) keys.push_back(strCat(prefix, r));
+  try {
+    store.wait(keys, timeout);
+  } catch (const Error& e) {
+    if (e.code() != chorusTimeout) throw;
+    std::string missing;
+    for (int r = 0; r < nranks; ++r) {
+      if (!store.check({keys[static_cast<size_t>(r)]})) missing += strCat(missing.empty() ? "" : ", ", r);
+    }
+    throw Error(chorusTimeout, strCat("rank ", self, " of ", nranks, ": ", stage, " timed out after ", timeout.count(),
+                                      " ms waiting for rank(s) ", missing,
+                                      " (did they start, with the same store? CHORUS_TIMEOUT sets the limit)"));
+  }
+}
+
+}  // namespace chorus
