@@ -44,28 +44,6 @@ void* buffer(int slot, size_t bytes) {
   return p.get();
 }
 
-size_t typeSize(DataType t) {
-  switch (t) {
-    case DataType::Int8:
-    case DataType::Uint8:
-      return 1;
-    case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
-    case DataType::Int32:
-    case DataType::Uint32:
-    case DataType::Float32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
-const char* typeName(DataType t) {
-  static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                       "uint64", "float16", "float32", "float64", "bfloat16"};
-  return kNames[static_cast<int>(t)];
-}
 
 const char* opName(ReduceOp op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
@@ -85,7 +63,7 @@ void setRate(benchmark::State& state, size_t bytesPerIteration) {
 
 void benchReduce(benchmark::State& state, const KernelImpl* impl, DataType type, ReduceOp op, int nsrcs,
                  size_t bytesPerSource) {
-  const size_t count = bytesPerSource / typeSize(type);
+  const size_t count = bytesPerSource / dataTypeSize(type);
   std::vector<const void*> srcs;
   for (int k = 0; k < nsrcs; ++k) srcs.push_back(buffer(k, bytesPerSource));
   void* dst = buffer(100, bytesPerSource);
@@ -93,7 +71,7 @@ void benchReduce(benchmark::State& state, const KernelImpl* impl, DataType type,
     impl->reduce(dst, srcs.data(), nsrcs, count, type, op, nsrcs);
     benchmark::ClobberMemory();
   }
-  setRate(state, size_t(nsrcs + 1) * count * typeSize(type));
+  setRate(state, size_t(nsrcs + 1) * count * dataTypeSize(type));
 }
 
 void benchMemcpy(benchmark::State& state, size_t bytes) {
@@ -129,7 +107,7 @@ void registerAll() {
     for (const KernelImpl* impl : impls) {
       for (DataType type : types) {
         for (ReduceOp op : ops) {
-          const std::string name = std::string("reduce/") + impl->name + "/" + typeName(type) + "/" +
+          const std::string name = std::string("reduce/") + impl->name + "/" + dataTypeName(type) + "/" +
                                    opName(op) + "/2src/" + sizeName(bytes);
           benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, op, 2, bytes);
         }
@@ -141,7 +119,7 @@ void registerAll() {
     for (const KernelImpl* impl : impls) {
       for (DataType type : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
         const std::string name =
-            std::string("reduce/") + impl->name + "/" + typeName(type) + "/sum/8src/" + sizeName(bytes);
+            std::string("reduce/") + impl->name + "/" + dataTypeName(type) + "/sum/8src/" + sizeName(bytes);
         benchmark::RegisterBenchmark(name.c_str(), benchReduce, impl, type, ReduceOp::Sum, 8, bytes);
       }
     }

@@ -19,6 +19,8 @@ namespace chorus::kernels {
 /// - ReduceOp::Avg reduces as Sum; when avgDivisor > 0 the result is then divided by avgDivisor
 ///   (integers: truncated toward zero; floats: computed in the accumulation type then rounded).
 ///   avgDivisor is ignored for other ops.
+/// - NaN: Max/Min return the first NaN in source order (quieted for fp16/bf16); Sum/Prod/Avg with
+///   a NaN give some NaN. Both implementations give bit-identical results for NaN-free inputs.
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 
