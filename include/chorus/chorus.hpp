@@ -92,6 +92,10 @@ struct CHORUS_API Config {
   size_t shmStageBytes = 0;
   /// Bytes of each shared-memory point-to-point FIFO (CHORUS_SHM_FIFO_BYTES; default 1 MiB).
   size_t shmFifoBytes = 0;
+  /// Before each collective, compare its kind, count, type, op and root across ranks
+  /// (CHORUS_CHECK=1): a mismatch is a chorusInvalidUsage error naming the differing ranks instead
+  /// of a hang or wrong data. Costs one synchronisation per collective. Rank 0's setting wins.
+  bool checkCalls = false;
 
   /// Fills unset fields from the environment and built-in defaults.
   static Config fromEnvironment();

@@ -325,7 +325,42 @@ void CommImpl::executeCollective(const Op& op) {
   }
   curOp_ = &op;
   curAlgo_ = algorithm->name;
+  if (config_.checkCalls && shm_) checkCallsMatch(op);
   algorithm->run(*this, op);
+}
+
+// Check mode: every rank publishes what it is about to call, all synchronise, and each compares.
+void CommImpl::checkCallsMatch(const Op& op) {
+  auto fingerprintOf = [&](const Op& o) {
+    transport::CallFingerprint f;
+    f.seq = collSeq_;
+    f.kind = static_cast<int32_t>(o.kind);
+    f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
+    f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
+    bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
+    f.op = reducing ? static_cast<int32_t>(o.op) : 0;
+    f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
+    return f;
+  };
+  auto text = [](const transport::CallFingerprint& f) {
+    auto kind = static_cast<OpKind>(f.kind);
+    bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
+    return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ", dataTypeName(static_cast<DataType>(f.type)),
+                  reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
+                  f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
+  };
+  const transport::CallFingerprint mine = fingerprintOf(op);
+  shm_->publishFingerprint(mine);
+  syncAll();
+  std::string differ;
+  for (int r = 0; r < size_; ++r) {
+    transport::CallFingerprint theirs = shm_->fingerprint(r, collSeq_);
+    if (!(theirs == mine)) differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", text(theirs));
+  }
+  if (!differ.empty()) {
+    fail(chorusInvalidUsage, strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ",
+                                    text(mine), " but ", differ));
+  }
 }
 
 // ---- Context for algorithms ---------------------------------------------------------------------

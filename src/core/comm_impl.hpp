@@ -90,6 +90,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void executeGroup(const std::vector<Op>& ops);
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
+  void checkCallsMatch(const Op& op);
   void markFailed(chorusResult_t code, const std::string& message);
   void workerLoop();
   engine::Waiter makeWaiter();

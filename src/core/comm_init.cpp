@@ -78,7 +78,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   std::string id;
   if (rank_ == 0) {
     id = randomHex(12);
-    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_));
+    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_, " ",
+                                       config_.checkCalls ? 1 : 0));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
@@ -86,8 +87,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.
     char idBuf[64] = {0};
     unsigned long long stage = 0, fifo = 0;
-    int n = 0;
-    if (std::sscanf(params.c_str(), "%63s %llu %llu %d", idBuf, &stage, &fifo, &n) != 4) {
+    int n = 0, check = 0;
+    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d", idBuf, &stage, &fifo, &n, &check) != 5) {
       fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
     }
     if (n != size_) {
@@ -96,6 +97,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     id = idBuf;
     config_.shmStageBytes = stage;
     config_.shmFifoBytes = fifo;
+    config_.checkCalls = check != 0;
   }
   hosts_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {

@@ -86,6 +86,12 @@ EnvConfig readEnv() {
       c.shmFifoBytes = *b;
     }
   }
+  // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
+  if (const char* v = std::getenv("CHORUS_CHECK")) {
+    std::string s = v;
+    if (s == "1") c.checkCalls = true;
+    else if (s != "0") note(strCat("CHORUS_CHECK='", v, "' must be 0 or 1"));
+  }
   return c;
 }
 
@@ -104,6 +110,7 @@ Config resolveConfig(const Config& user) {
   if (c.algo.empty()) c.algo = env.algo;
   if (c.shmStageBytes == 0) c.shmStageBytes = env.shmStageBytes;
   if (c.shmFifoBytes == 0) c.shmFifoBytes = env.shmFifoBytes;
+  c.checkCalls = c.checkCalls || env.checkCalls;
   if (c.shmStageBytes < (size_t{64} << 10)) failInvalid("Config::shmStageBytes must be at least 64 KiB");
   if (c.shmFifoBytes < 4096) failInvalid("Config::shmFifoBytes must be at least 4 KiB");
   // Sizes must keep 64-byte alignment of every region in the shared segment.

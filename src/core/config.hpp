@@ -18,6 +18,7 @@ struct EnvConfig {
   std::string algo;
   size_t shmStageBytes = size_t{4} << 20;
   size_t shmFifoBytes = size_t{1} << 20;
+  bool checkCalls = false;
   /// First problem found while parsing (empty if none); reported when a communicator is created.
   std::string parseError;
 };

@@ -404,3 +404,76 @@ TEST_F(Fault, ShmTooSmall_CreationFailsClearly) {
 }
 
 }  // namespace
+
+// ---- Mismatched calls (CHORUS_CHECK / Config::checkCalls) -------------------------------------------
+
+namespace {
+
+// Runs `call(rank, comm)` on every thread rank of a check-mode communicator and returns each outcome.
+template <typename Call>
+std::vector<Outcome> runMismatch(int n, Call call) {
+  Config config = shortTimeout(10s);
+  config.checkCalls = true;
+  auto comms = Communicator::createLocal(n, config);
+  std::vector<Outcome> outcomes(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Outcome& o = outcomes[static_cast<size_t>(r)];
+      try {
+        call(r, comms[static_cast<size_t>(r)]);
+      } catch (const Error& e) {
+        o.threw = true;
+        o.code = e.code();
+        o.message = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
+}  // namespace
+
+// Rank 2 passes a different count: every rank gets chorusInvalidUsage naming rank 2, at once.
+TEST_F(Fault, MismatchedCount_NamedErrorNotHang) {
+  auto outcomes = runMismatch(3, [](int r, Communicator& c) {
+    std::vector<float> buf(200, 1.0f);
+    c.allReduce(buf.data(), buf.data(), r == 2 ? 200 : 100, DataType::Float32, ReduceOp::Sum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    const Outcome& o = outcomes[static_cast<size_t>(r)];
+    ASSERT_TRUE(o.threw) << "rank " << r << " completed a mismatched allreduce";
+    EXPECT_EQ(o.code, chorusInvalidUsage) << o.message;
+    EXPECT_TRUE(contains(o.message, "mismatch")) << o.message;
+    if (r != 2) {
+      EXPECT_TRUE(namesRank(o.message, 2)) << o.message;
+    }
+  }
+}
+
+// Rank 1 calls broadcast while rank 0 calls allreduce: both get an error naming the other's call.
+TEST_F(Fault, MismatchedCollective_NamedErrorNotHang) {
+  auto outcomes = runMismatch(2, [](int r, Communicator& c) {
+    std::vector<int32_t> buf(64, 1);
+    if (r == 0) {
+      c.allReduce(buf.data(), buf.data(), buf.size(), DataType::Int32, ReduceOp::Sum);
+    } else {
+      c.broadcast(buf.data(), buf.data(), buf.size(), DataType::Int32, 0);
+    }
+  });
+  EXPECT_TRUE(contains(outcomes[0].message, "broadcast")) << outcomes[0].message;
+  EXPECT_TRUE(contains(outcomes[1].message, "allreduce")) << outcomes[1].message;
+  for (const Outcome& o : outcomes) EXPECT_EQ(o.code, chorusInvalidUsage) << o.message;
+}
+
+// Check mode changes nothing when the calls agree.
+TEST_F(Fault, CheckMode_MatchingCallsSucceed) {
+  auto outcomes = runMismatch(3, [](int r, Communicator& c) {
+    std::vector<float> buf(1000, static_cast<float>(r + 1));
+    c.allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+    c.broadcast(buf.data(), buf.data(), buf.size(), DataType::Float32, 1);
+    if (buf[999] != 6.0f) throw Error(chorusInternalError, "wrong result");
+  });
+  for (const Outcome& o : outcomes) EXPECT_FALSE(o.threw) << o.message;
+}

@@ -24,6 +24,7 @@ struct ShmGroup::Header {
   alignas(64) std::atomic<uint64_t> syncFlag;
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
   char failText[kFailTextBytes];
+  CallFingerprint calls[2];
 };
 
 
@@ -101,6 +102,10 @@ void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
   h->failCode.store(static_cast<uint32_t>(code == chorusSuccess ? chorusRemoteError : code),
                     std::memory_order_release);
 }
+
+void ShmGroup::publishFingerprint(const CallFingerprint& f) { header(rank_)->calls[f.seq & 1] = f; }
+
+CallFingerprint ShmGroup::fingerprint(int r, uint64_t seq) const { return header(r)->calls[seq & 1]; }
 
 int ShmGroup::findPeerFailure(chorusResult_t* code, std::string* text) const {
   for (int r = 0; r < nranks_; ++r) {

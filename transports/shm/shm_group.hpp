@@ -24,6 +24,17 @@
 
 namespace chorus::transport {
 
+/// What a rank is about to call, compared across ranks in check mode (CHORUS_CHECK).
+struct CallFingerprint {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t kind = 0;
+  int32_t type = 0;
+  int32_t op = 0;
+  int32_t root = 0;
+  bool operator==(const CallFingerprint&) const = default;
+};
+
 struct ShmGroupOptions {
   std::string jobTag;  // unique per communicator (hex of its random id)
   size_t fifoBytes = 0;
@@ -58,6 +69,11 @@ class ShmGroup {
   void publishFailure(chorusResult_t code, const std::string& text);
   /// A peer that published a failure: its rank (and code and text), or -1.
   int findPeerFailure(chorusResult_t* code, std::string* text) const;
+
+  /// Publishes this rank's next call (visible to peers after the next setSyncFlag). Two slots,
+  /// by seq parity: a rank can only reach call seq+2 after every rank compared call seq.
+  void publishFingerprint(const CallFingerprint& f);
+  CallFingerprint fingerprint(int r, uint64_t seq) const;
 
   /// Bytes of shared memory this rank created (its own segment).
   size_t ownBytes() const { return segmentBytes_; }
