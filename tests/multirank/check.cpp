@@ -6,22 +6,30 @@ namespace chorus::testing {
 
 const char* collName(Coll c) {
   switch (c) {
-    case Coll::AllReduce: return "allreduce";
-    case Coll::ReduceScatter: return "reducescatter";
-    case Coll::AllGather: return "allgather";
-    case Coll::Broadcast: return "broadcast";
-    case Coll::Reduce: return "reduce";
-    case Coll::AllToAll: return "alltoall";
-    case Coll::AllToAllv: return "alltoallv";
-    case Coll::SendRecv: return "sendrecv";
+    case Coll::AllReduce:
+      return "allreduce";
+    case Coll::ReduceScatter:
+      return "reducescatter";
+    case Coll::AllGather:
+      return "allgather";
+    case Coll::Broadcast:
+      return "broadcast";
+    case Coll::Reduce:
+      return "reduce";
+    case Coll::AllToAll:
+      return "alltoall";
+    case Coll::AllToAllv:
+      return "alltoallv";
+    case Coll::SendRecv:
+      return "sendrecv";
   }
   return "?";
 }
 
 std::string describe(const Case& c, int nranks) {
   return std::string(collName(c.coll)) + " " + dataTypeName(c.type) + " " + reduceOpName(c.op) + " count " +
-         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") + " root " + std::to_string(c.root) +
-         " ranks " + std::to_string(nranks);
+         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") + " root " +
+         std::to_string(c.root) + " ranks " + std::to_string(nranks);
 }
 
 std::vector<size_t> matrixCounts() {
@@ -36,9 +44,12 @@ namespace {
 size_t period(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return 5;
-    case ReduceOp::Prod: return 33;
-    default: return 61;
+    case ReduceOp::Avg:
+      return 5;
+    case ReduceOp::Prod:
+      return 33;
+    default:
+      return 61;
   }
 }
 
@@ -83,8 +94,7 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       for (size_t i = 0; i < count; ++i) send[i] = in(me, i);
       T* out = c.inPlace ? send.data() : recv.data();
       comm.allReduce(send.data(), out, count, dataTypeOf<T>(), c.op);
-      return countWrong(out, count, expected,
-                        approx, report);
+      return countWrong(out, count, expected, approx, report);
     }
     case Coll::ReduceScatter: {
       std::vector<T> send(count * N), recv(count, poison);
@@ -92,8 +102,7 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       T* out = c.inPlace ? send.data() + ME * count : recv.data();
       comm.reduceScatter(send.data(), out, count, dataTypeOf<T>(), c.op);
       return countWrong(
-          out, count, [&](size_t i) { return expected(ME * count + i); },
-          approx, report);
+          out, count, [&](size_t i) { return expected(ME * count + i); }, approx, report);
     }
     case Coll::AllGather: {
       std::vector<T> send(count), recv(count * N, poison);
@@ -101,8 +110,9 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       if (c.inPlace) src = recv.data() + ME * count;
       for (size_t i = 0; i < count; ++i) src[i] = in(me, i);
       comm.allGather(src, recv.data(), count, dataTypeOf<T>());
-      return countWrong(recv.data(), count * N, [&](size_t g) { return inD(static_cast<int>(g / count), g % count); },
-                        false, report);
+      return countWrong(
+          recv.data(), count * N, [&](size_t g) { return inD(static_cast<int>(g / count), g % count); },
+          false, report);
     }
     case Coll::Broadcast: {
       std::vector<T> send(count), recv(count, poison);
@@ -110,7 +120,8 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
         for (size_t i = 0; i < count; ++i) (c.inPlace ? recv : send)[i] = in(c.root, i);
       }
       comm.broadcast(c.inPlace ? recv.data() : send.data(), recv.data(), count, dataTypeOf<T>(), c.root);
-      return countWrong(recv.data(), count, [&](size_t i) { return inD(c.root, i); }, false, report);
+      return countWrong(
+          recv.data(), count, [&](size_t i) { return inD(c.root, i); }, false, report);
     }
     case Coll::Reduce: {
       std::vector<T> send(count), recv(count, poison);
@@ -118,8 +129,7 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       T* out = c.inPlace ? send.data() : recv.data();
       comm.reduce(send.data(), out, count, dataTypeOf<T>(), c.op, c.root);
       if (me != c.root) return 0;
-      return countWrong(out, count, expected,
-                        approx, report);
+      return countWrong(out, count, expected, approx, report);
     }
     case Coll::AllToAll: {
       std::vector<T> send(count * N), recv(count * N, poison);
@@ -127,9 +137,9 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       T* out = c.inPlace ? send.data() : recv.data();
       comm.allToAll(send.data(), out, count, dataTypeOf<T>());
       // Block j of the output came from rank j's block `me`.
-      return countWrong(out, count * N,
-                        [&](size_t g) { return inD(static_cast<int>(g / count), ME * count + g % count); }, false,
-                        report);
+      return countWrong(
+          out, count * N, [&](size_t g) { return inD(static_cast<int>(g / count), ME * count + g % count); },
+          false, report);
     }
     case Coll::AllToAllv: {
       std::vector<size_t> sc(N), sd(N), rc(N), rd(N);
@@ -152,7 +162,8 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
       for (size_t j = 0; j < N; ++j) {
         for (size_t i = 0; i < rc[j]; ++i) want[rd[j] + i] = inD(static_cast<int>(j), ME * 1000003 + i);
       }
-      wrong += countWrong(recv.data(), recv.size(), [&](size_t g) { return want[g]; }, false, report);
+      wrong += countWrong(
+          recv.data(), recv.size(), [&](size_t g) { return want[g]; }, false, report);
       return wrong;
     }
     case Coll::SendRecv: {
@@ -165,7 +176,8 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
         comm.recv(recv.data(), count, dataTypeOf<T>(), (me - 1 + n) % n);
         g.end();
       }
-      return countWrong(recv.data(), count, [&](size_t i) { return inD((me - 1 + n) % n, i); }, false, report);
+      return countWrong(
+          recv.data(), count, [&](size_t i) { return inD((me - 1 + n) % n, i); }, false, report);
     }
   }
   return 0;
@@ -175,23 +187,33 @@ size_t runTyped(Communicator& comm, const Case& c, std::string* report) {
 
 size_t runCase(Communicator& comm, const Case& c, std::string* report) {
   switch (c.type) {
-    case DataType::Int8: return runTyped<int8_t>(comm, c, report);
-    case DataType::Uint8: return runTyped<uint8_t>(comm, c, report);
-    case DataType::Int32: return runTyped<int32_t>(comm, c, report);
-    case DataType::Uint32: return runTyped<uint32_t>(comm, c, report);
-    case DataType::Int64: return runTyped<int64_t>(comm, c, report);
-    case DataType::Uint64: return runTyped<uint64_t>(comm, c, report);
-    case DataType::Float16: return runTyped<Half>(comm, c, report);
-    case DataType::BFloat16: return runTyped<BFloat16>(comm, c, report);
-    case DataType::Float32: return runTyped<float>(comm, c, report);
-    case DataType::Float64: return runTyped<double>(comm, c, report);
+    case DataType::Int8:
+      return runTyped<int8_t>(comm, c, report);
+    case DataType::Uint8:
+      return runTyped<uint8_t>(comm, c, report);
+    case DataType::Int32:
+      return runTyped<int32_t>(comm, c, report);
+    case DataType::Uint32:
+      return runTyped<uint32_t>(comm, c, report);
+    case DataType::Int64:
+      return runTyped<int64_t>(comm, c, report);
+    case DataType::Uint64:
+      return runTyped<uint64_t>(comm, c, report);
+    case DataType::Float16:
+      return runTyped<Half>(comm, c, report);
+    case DataType::BFloat16:
+      return runTyped<BFloat16>(comm, c, report);
+    case DataType::Float32:
+      return runTyped<float>(comm, c, report);
+    case DataType::Float64:
+      return runTyped<double>(comm, c, report);
   }
   return 0;
 }
 
 std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& counts) {
-  static const DataType types[] = {DataType::Int8,   DataType::Uint8,   DataType::Int32,    DataType::Uint32,
-                                   DataType::Int64,  DataType::Uint64,  DataType::Float16,  DataType::BFloat16,
+  static const DataType types[] = {DataType::Int8,    DataType::Uint8,  DataType::Int32,   DataType::Uint32,
+                                   DataType::Int64,   DataType::Uint64, DataType::Float16, DataType::BFloat16,
                                    DataType::Float32, DataType::Float64};
   static const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
   std::vector<Case> cases;

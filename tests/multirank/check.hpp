@@ -21,9 +21,12 @@ namespace chorus::testing {
 inline float halfToFloat(uint16_t h) {
   uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 inline uint16_t floatToHalf(float f) {  // exact for the small integers used here; RNE otherwise
@@ -112,10 +115,18 @@ inline double expectedReduce(ReduceOp op, bool isSigned, bool isFloat, int n, si
     double v = inputValue(op, isSigned, r, i);
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc += v; break;
-      case ReduceOp::Prod: acc *= v; break;
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Avg:
+        acc += v;
+        break;
+      case ReduceOp::Prod:
+        acc *= v;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op == ReduceOp::Avg) acc = isFloat ? acc / n : std::trunc(acc / n);
@@ -154,7 +165,9 @@ size_t countWrong(const T* got, size_t count, Want&& want, bool approx, std::str
     double g = Traits<T>::to(got[i]);
     bool ok = approx ? (g == w || ulpDistance<T>(g, Traits<T>::to(Traits<T>::from(w))) <= 2) : g == w;
     if (!ok) {
-      if (wrong < 3 && report) *report += "[" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + " ";
+      if (wrong < 3 && report)
+        *report +=
+            "[" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + " ";
       ++wrong;
     }
   }

@@ -29,14 +29,18 @@ TEST_P(CollectivesProcesses, MatrixIsExact) {
   for (const Case& k : matrix(GetParam(), c.size(), matrixCounts())) {
     std::string report;
     size_t wrong = runCase(c, k, &report);
-    if (wrong && failures++ < 20) ADD_FAILURE() << describe(k, c.size()) << ": " << wrong << " wrong " << report;
+    if (wrong && failures++ < 20)
+      ADD_FAILURE() << describe(k, c.size()) << ": " << wrong << " wrong " << report;
   }
   EXPECT_EQ(failures, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CollectivesProcesses,
-                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast,
-                                           Coll::Reduce, Coll::AllToAll, Coll::AllToAllv, Coll::SendRecv),
-                         [](const ::testing::TestParamInfo<Coll>& pi) { return std::string(collName(pi.param)); });
+                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
+                                           Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::AllToAllv,
+                                           Coll::SendRecv),
+                         [](const ::testing::TestParamInfo<Coll>& pi) {
+                           return std::string(collName(pi.param));
+                         });
 
 }  // namespace

@@ -38,8 +38,8 @@ TEST_P(CollectivesThreads, MatrixIsExact) {
           return;
         }
         if (wrong) {
-          failures[static_cast<size_t>(r)].push_back(describe(c, p.ranks) + ": rank " + std::to_string(r) + " " +
-                                                     std::to_string(wrong) + " wrong " + report);
+          failures[static_cast<size_t>(r)].push_back(describe(c, p.ranks) + ": rank " + std::to_string(r) +
+                                                     " " + std::to_string(wrong) + " wrong " + report);
         }
       }
     });
@@ -65,8 +65,8 @@ std::vector<Param> params() {
 
 INSTANTIATE_TEST_SUITE_P(All, CollectivesThreads, ::testing::ValuesIn(params()),
                          [](const ::testing::TestParamInfo<Param>& pi) {
-                           return std::string(collName(pi.param.coll)) + "_" + std::to_string(pi.param.ranks) +
-                                  "ranks";
+                           return std::string(collName(pi.param.coll)) + "_" +
+                                  std::to_string(pi.param.ranks) + "ranks";
                          });
 
 }  // namespace
