@@ -44,7 +44,6 @@ void* buffer(int slot, size_t bytes) {
   return p.get();
 }
 
-
 const char* opName(ReduceOp op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
   return kNames[static_cast<int>(op)];

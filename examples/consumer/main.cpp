@@ -1,6 +1,5 @@
 // Smallest useful Chorus program: 4 ranks as threads, one allreduce, checked.
 #include <chorus/chorus.hpp>
-
 #include <cstdio>
 #include <thread>
 #include <vector>

@@ -145,8 +145,8 @@ CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, 
 /** sendbuff holds nranks*recvcount elements; rank r receives the reduction of block r.
  *  In place when recvbuff == sendbuff + rank*recvcount elements. */
 CHORUS_API chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                              chorusDataType_t datatype, chorusRedOp_t op,
-                                              chorusComm_t comm, void* stream);
+                                              chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                              void* stream);
 
 /** recvbuff (nranks*sendcount elements) gets every rank's sendbuff in rank order.
  *  In place when sendbuff == recvbuff + rank*sendcount elements. */

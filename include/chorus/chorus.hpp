@@ -59,16 +59,46 @@ struct BFloat16 {
 
 template <typename T>
 constexpr DataType dataTypeOf();
-template <> constexpr DataType dataTypeOf<int8_t>() { return DataType::Int8; }
-template <> constexpr DataType dataTypeOf<uint8_t>() { return DataType::Uint8; }
-template <> constexpr DataType dataTypeOf<int32_t>() { return DataType::Int32; }
-template <> constexpr DataType dataTypeOf<uint32_t>() { return DataType::Uint32; }
-template <> constexpr DataType dataTypeOf<int64_t>() { return DataType::Int64; }
-template <> constexpr DataType dataTypeOf<uint64_t>() { return DataType::Uint64; }
-template <> constexpr DataType dataTypeOf<Half>() { return DataType::Float16; }
-template <> constexpr DataType dataTypeOf<BFloat16>() { return DataType::BFloat16; }
-template <> constexpr DataType dataTypeOf<float>() { return DataType::Float32; }
-template <> constexpr DataType dataTypeOf<double>() { return DataType::Float64; }
+template <>
+constexpr DataType dataTypeOf<int8_t>() {
+  return DataType::Int8;
+}
+template <>
+constexpr DataType dataTypeOf<uint8_t>() {
+  return DataType::Uint8;
+}
+template <>
+constexpr DataType dataTypeOf<int32_t>() {
+  return DataType::Int32;
+}
+template <>
+constexpr DataType dataTypeOf<uint32_t>() {
+  return DataType::Uint32;
+}
+template <>
+constexpr DataType dataTypeOf<int64_t>() {
+  return DataType::Int64;
+}
+template <>
+constexpr DataType dataTypeOf<uint64_t>() {
+  return DataType::Uint64;
+}
+template <>
+constexpr DataType dataTypeOf<Half>() {
+  return DataType::Float16;
+}
+template <>
+constexpr DataType dataTypeOf<BFloat16>() {
+  return DataType::BFloat16;
+}
+template <>
+constexpr DataType dataTypeOf<float>() {
+  return DataType::Float32;
+}
+template <>
+constexpr DataType dataTypeOf<double>() {
+  return DataType::Float64;
+}
 
 /// What every Chorus failure throws.
 class CHORUS_API Error : public std::runtime_error {

@@ -50,7 +50,7 @@ CHORUS_API std::shared_ptr<Store> makeFileStore(const std::string& directory);
 
 /// Client of a TCP store server at host:port. Connecting retries until `timeout`.
 CHORUS_API std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
-                                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                                               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 /// Every key of `inner` seen through this store is prefixed by `prefix`.
 CHORUS_API std::shared_ptr<Store> makePrefixStore(std::string prefix, std::shared_ptr<Store> inner);

@@ -15,14 +15,18 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem); },
+      [&](size_t off, size_t ce, int h) {
+        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      },
       [&](size_t off, size_t ce, int h) {
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
-          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h), ce * elem);
+          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h),
+                        ce * elem);
         }
         if (!inPlace) {
-          kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem), ce * elem);
+          kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem),
+                        ce * elem);
         }
       });
 }
@@ -40,8 +44,8 @@ void allGatherRing(Context& ctx, const Op& op) {
   int lastRecv = -1;
   for (int s = 0; s < n - 1; ++s) {
     int si = mod(r - s, n), ri = mod(r - s - 1, n);
-    auto snd = engine::Transfer::send(next, s == 0 ? op.send : static_cast<const void*>(block(si)), blockBytes, elem,
-                                      ctx.tag());
+    auto snd = engine::Transfer::send(next, s == 0 ? op.send : static_cast<const void*>(block(si)),
+                                      blockBytes, elem, ctx.tag());
     snd.waitFor = lastRecv;
     ts.push_back(snd);
     ts.push_back(engine::Transfer::recv(prev, block(ri), blockBytes, elem, ctx.tag()));

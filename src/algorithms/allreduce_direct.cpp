@@ -14,13 +14,16 @@ void allReduceDirect(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem); },
+      [&](size_t off, size_t ce, int h) {
+        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      },
       [&](size_t off, size_t ce, int h) {
         Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
         const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
         if (sn) {
           for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + so * elem;
-          kernels::reduce(shm.stage(me, h) + so * elem, srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n));
+          kernels::reduce(shm.stage(me, h) + so * elem, srcs.data(), n, sn, op.type, op.op,
+                          avgDivisor(op, n));
         }
         ctx.syncAll();  // every slice reduced
         for (int k = 0; k < n; ++k) {

@@ -19,11 +19,13 @@ void allReduceRing(Context& ctx, const Op& op) {
   // Reduce-scatter: after step s this rank holds slice r-s-1 reduced over s+2 ranks.
   for (int s = 0; s < n - 1; ++s) {
     int si = mod(r - s, n), ri = mod(r - s - 1, n);
-    auto snd = engine::Transfer::send(next, at(s == 0 ? op.send : op.recv, off(si), elem), len(si), elem, ctx.tag());
+    auto snd =
+        engine::Transfer::send(next, at(s == 0 ? op.send : op.recv, off(si), elem), len(si), elem, ctx.tag());
     snd.waitFor = lastRecv;
     ts.push_back(snd);
-    ts.push_back(engine::Transfer::recvReduce(prev, at(op.recv, off(ri), elem), at(op.send, off(ri), elem), len(ri),
-                                              op.type, op.op, s == n - 2 ? avgDivisor(op, n) : 0, ctx.tag()));
+    ts.push_back(engine::Transfer::recvReduce(prev, at(op.recv, off(ri), elem), at(op.send, off(ri), elem),
+                                              len(ri), op.type, op.op, s == n - 2 ? avgDivisor(op, n) : 0,
+                                              ctx.tag()));
     lastRecv = static_cast<int>(ts.size()) - 1;
   }
   // All-gather: pass the fully reduced slices on.

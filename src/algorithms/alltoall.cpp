@@ -27,14 +27,14 @@ void allToAllDirect(Context& ctx, const Op& op) {
 namespace {
 
 // Every pairwise exchange as one transfer list: sends to r+k and receives from r-k for all k.
-void pairwise(Context& ctx, const Op& op, const void* send, const size_t* sendCounts, const size_t* sendDispls,
-              const size_t* recvCounts, const size_t* recvDispls) {
+void pairwise(Context& ctx, const Op& op, const void* send, const size_t* sendCounts,
+              const size_t* sendDispls, const size_t* recvCounts, const size_t* recvDispls) {
   const int n = ctx.size(), r = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const auto R = static_cast<size_t>(r);
   if (sendCounts[R] != recvCounts[R]) {
-    failInvalid("rank ", r, ": ", opKindName(op.kind), ": sends ", sendCounts[R], " elements to itself but expects ",
-                recvCounts[R]);
+    failInvalid("rank ", r, ": ", opKindName(op.kind), ": sends ", sendCounts[R],
+                " elements to itself but expects ", recvCounts[R]);
   }
   if (sendCounts[R] && at(send, sendDispls[R], elem) != at(op.recv, recvDispls[R], elem)) {
     std::memmove(at(op.recv, recvDispls[R], elem), at(send, sendDispls[R], elem), sendCounts[R] * elem);
@@ -43,8 +43,8 @@ void pairwise(Context& ctx, const Op& op, const void* send, const size_t* sendCo
   ts.reserve(static_cast<size_t>(2 * (n - 1)));
   for (int k = 1; k < n; ++k) {
     const auto to = static_cast<size_t>(mod(r + k, n)), from = static_cast<size_t>(mod(r - k, n));
-    ts.push_back(engine::Transfer::send(static_cast<int>(to), at(send, sendDispls[to], elem), sendCounts[to] * elem,
-                                        elem, ctx.tag()));
+    ts.push_back(engine::Transfer::send(static_cast<int>(to), at(send, sendDispls[to], elem),
+                                        sendCounts[to] * elem, elem, ctx.tag()));
     ts.push_back(engine::Transfer::recv(static_cast<int>(from), at(op.recv, recvDispls[from], elem),
                                         recvCounts[from] * elem, elem, ctx.tag()));
   }
@@ -69,7 +69,8 @@ void allToAllPairwise(Context& ctx, const Op& op) {
 }
 
 void allToAllvPairwise(Context& ctx, const Op& op) {
-  pairwise(ctx, op, op.send, op.sendCounts.data(), op.sendDispls.data(), op.recvCounts.data(), op.recvDispls.data());
+  pairwise(ctx, op, op.send, op.sendCounts.data(), op.sendDispls.data(), op.recvCounts.data(),
+           op.recvDispls.data());
 }
 
 }  // namespace chorus::algo

@@ -47,8 +47,8 @@ void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage,
 
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
 /// block after block into this rank's staging half (reduce-scatter and all-to-all layouts).
-inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, size_t count, size_t off, size_t ce,
-                        size_t elemSize) {
+inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, size_t count, size_t off,
+                        size_t ce, size_t elemSize) {
   std::byte* mine = shm.stage(shm.rank(), half);
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
     kernels::copy(mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);

@@ -14,7 +14,9 @@ void reduceDirect(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem); },
+      [&](size_t off, size_t ce, int h) {
+        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      },
       [&](size_t off, size_t ce, int h) {
         if (me != op.root) return;
         for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
@@ -33,8 +35,8 @@ void reducePipeline(Context& ctx, const Op& op) {
   if (pos == n - 1) {
     ts.push_back(engine::Transfer::send(to, op.send, bytes, elem, ctx.tag()));
   } else if (pos == 0) {
-    ts.push_back(engine::Transfer::recvReduce(from, op.recv, op.send, bytes, op.type, op.op, avgDivisor(op, n),
-                                              ctx.tag()));
+    ts.push_back(engine::Transfer::recvReduce(from, op.recv, op.send, bytes, op.type, op.op,
+                                              avgDivisor(op, n), ctx.tag()));
   } else {
     std::byte* partial = ctx.scratch(bytes);
     ts.push_back(engine::Transfer::recvReduce(from, partial, op.send, bytes, op.type, op.op, 0, ctx.tag()));

@@ -18,7 +18,8 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },
       [&](size_t off, size_t ce, int h) {
-        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
+        for (int k = 0; k < n; ++k)
+          srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
       });
 }
@@ -44,8 +45,9 @@ void reduceScatterRing(Context& ctx, const Op& op) {
     ts.push_back(snd);
     bool last = s == n - 2;
     void* dst = last ? op.recv : static_cast<void*>(partial + static_cast<size_t>(ri) * blockBytes);
-    ts.push_back(engine::Transfer::recvReduce(prev, dst, at(op.send, static_cast<size_t>(ri) * op.count, elem),
-                                              blockBytes, op.type, op.op, last ? avgDivisor(op, n) : 0, ctx.tag()));
+    ts.push_back(
+        engine::Transfer::recvReduce(prev, dst, at(op.send, static_cast<size_t>(ri) * op.count, elem),
+                                     blockBytes, op.type, op.op, last ? avgDivisor(op, n) : 0, ctx.tag()));
     lastRecv = static_cast<int>(ts.size()) - 1;
   }
   ctx.run(ts);

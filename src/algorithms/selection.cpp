@@ -11,10 +11,10 @@ namespace {
 
 // One line per algorithm. Order within a collective does not matter; select() decides.
 constexpr Algorithm kRegistry[] = {
-    {OpKind::AllReduce, "direct", "each rank reduces its slice straight from every peer's shared staging area",
-     true, allReduceDirect},
-    {OpKind::AllReduce, "ring", "pipelined ring: reduce-scatter then all-gather over point-to-point pipes", false,
-     allReduceRing},
+    {OpKind::AllReduce, "direct",
+     "each rank reduces its slice straight from every peer's shared staging area", true, allReduceDirect},
+    {OpKind::AllReduce, "ring", "pipelined ring: reduce-scatter then all-gather over point-to-point pipes",
+     false, allReduceRing},
     {OpKind::AllReduce, "rd", "recursive doubling (log2 n exchanges of the whole message)", false,
      allReduceRecursiveDoubling},
     {OpKind::ReduceScatter, "direct", "each rank reduces its block from every peer's staging area", true,
@@ -42,12 +42,18 @@ struct CollName {
   OpKind kind;
 };
 constexpr CollName kCollNames[] = {
-    {"allreduce", OpKind::AllReduce},         {"all_reduce", OpKind::AllReduce},
-    {"reducescatter", OpKind::ReduceScatter}, {"reduce_scatter", OpKind::ReduceScatter},
-    {"allgather", OpKind::AllGather},         {"all_gather", OpKind::AllGather},
-    {"broadcast", OpKind::Broadcast},         {"bcast", OpKind::Broadcast},
-    {"reduce", OpKind::Reduce},               {"alltoall", OpKind::AllToAll},
-    {"alltoallv", OpKind::AllToAllv},         {"barrier", OpKind::Barrier},
+    {"allreduce", OpKind::AllReduce},
+    {"all_reduce", OpKind::AllReduce},
+    {"reducescatter", OpKind::ReduceScatter},
+    {"reduce_scatter", OpKind::ReduceScatter},
+    {"allgather", OpKind::AllGather},
+    {"all_gather", OpKind::AllGather},
+    {"broadcast", OpKind::Broadcast},
+    {"bcast", OpKind::Broadcast},
+    {"reduce", OpKind::Reduce},
+    {"alltoall", OpKind::AllToAll},
+    {"alltoallv", OpKind::AllToAllv},
+    {"barrier", OpKind::Barrier},
 };
 
 const Algorithm* find(OpKind kind, const std::string& name) {
@@ -71,7 +77,8 @@ std::vector<Rule> parseRules(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string entry = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    std::string entry =
+        trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     start = comma == std::string::npos ? text.size() + 1 : comma + 1;
     if (entry.empty()) continue;
     auto bad = [&](const std::string& why) {
@@ -131,15 +138,32 @@ const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vecto
   // sizes use recursive doubling and bandwidth-bound sizes the ring.
   const char* name = nullptr;
   switch (op.kind) {
-    case OpKind::AllReduce: name = haveShm ? "direct" : (bytes <= 16384 ? "rd" : "ring"); break;
-    case OpKind::ReduceScatter: name = haveShm ? "direct" : "ring"; break;
-    case OpKind::AllGather: name = haveShm ? "direct" : "ring"; break;
-    case OpKind::Broadcast: name = haveShm ? "direct" : "pipeline"; break;
-    case OpKind::Reduce: name = haveShm ? "direct" : "pipeline"; break;
-    case OpKind::AllToAll: name = haveShm ? "direct" : "pairwise"; break;
-    case OpKind::AllToAllv: name = "pairwise"; break;
-    case OpKind::Barrier: name = haveShm ? "direct" : "pipes"; break;
-    default: break;
+    case OpKind::AllReduce:
+      name = haveShm ? "direct" : (bytes <= 16384 ? "rd" : "ring");
+      break;
+    case OpKind::ReduceScatter:
+      name = haveShm ? "direct" : "ring";
+      break;
+    case OpKind::AllGather:
+      name = haveShm ? "direct" : "ring";
+      break;
+    case OpKind::Broadcast:
+      name = haveShm ? "direct" : "pipeline";
+      break;
+    case OpKind::Reduce:
+      name = haveShm ? "direct" : "pipeline";
+      break;
+    case OpKind::AllToAll:
+      name = haveShm ? "direct" : "pairwise";
+      break;
+    case OpKind::AllToAllv:
+      name = "pairwise";
+      break;
+    case OpKind::Barrier:
+      name = haveShm ? "direct" : "pipes";
+      break;
+    default:
+      break;
   }
   const Algorithm* a = name ? find(op.kind, name) : nullptr;
   if (!a) fail(chorusInternalError, strCat("no algorithm for ", opKindName(op.kind)));

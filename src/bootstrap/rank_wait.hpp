@@ -25,9 +25,10 @@ inline void waitForRanks(Store& store, const std::string& prefix, int nranks, in
     for (int r = 0; r < nranks; ++r) {
       if (!store.check({keys[static_cast<size_t>(r)]})) missing += strCat(missing.empty() ? "" : ", ", r);
     }
-    throw Error(chorusTimeout, strCat("rank ", self, " of ", nranks, ": ", stage, " timed out after ", timeout.count(),
-                                      " ms waiting for rank(s) ", missing,
-                                      " (did they start, with the same store? CHORUS_TIMEOUT sets the limit)"));
+    throw Error(chorusTimeout,
+                strCat("rank ", self, " of ", nranks, ": ", stage, " timed out after ", timeout.count(),
+                       " ms waiting for rank(s) ", missing,
+                       " (did they start, with the same store? CHORUS_TIMEOUT sets the limit)"));
   }
 }
 

@@ -103,16 +103,26 @@ chorusResult_t chorusGetVersion(int* version) {
 
 const char* chorusGetErrorString(chorusResult_t result) {
   switch (result) {
-    case chorusSuccess: return "no error";
-    case chorusUnhandledCudaError: return "unhandled CUDA error";
-    case chorusSystemError: return "system error (shared memory, sockets or memory)";
-    case chorusInternalError: return "internal error";
-    case chorusInvalidArgument: return "invalid argument";
-    case chorusInvalidUsage: return "invalid usage";
-    case chorusRemoteError: return "remote error (a peer failed, died or aborted)";
-    case chorusInProgress: return "operation in progress";
-    case chorusTimeout: return "timed out";
-    default: return "unknown result code";
+    case chorusSuccess:
+      return "no error";
+    case chorusUnhandledCudaError:
+      return "unhandled CUDA error";
+    case chorusSystemError:
+      return "system error (shared memory, sockets or memory)";
+    case chorusInternalError:
+      return "internal error";
+    case chorusInvalidArgument:
+      return "invalid argument";
+    case chorusInvalidUsage:
+      return "invalid usage";
+    case chorusRemoteError:
+      return "remote error (a peer failed, died or aborted)";
+    case chorusInProgress:
+      return "operation in progress";
+    case chorusTimeout:
+      return "timed out";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -141,7 +151,8 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
     if (!comm) failInvalid("chorusCommInitRank: comm is NULL");
     *comm = nullptr;
     if (nranks < 1) failInvalid("chorusCommInitRank: nranks ", nranks, " must be at least 1");
-    if (rank < 0 || rank >= nranks) failInvalid("chorusCommInitRank: rank ", rank, " is out of range [0, ", nranks, ")");
+    if (rank < 0 || rank >= nranks)
+      failInvalid("chorusCommInitRank: rank ", rank, " is out of range [0, ", nranks, ")");
     *comm = newHandle(CommImpl::create(storeForUniqueId(uniqueId), rank, nranks, Config{}));
   });
 }
@@ -217,32 +228,37 @@ chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
 
 chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
                                chorusRedOp_t op, chorusComm_t comm, void* stream) {
-  return collective(comm, stream, "chorusAllReduce",
-                    api::makeOp(OpKind::AllReduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op)));
+  return collective(
+      comm, stream, "chorusAllReduce",
+      api::makeOp(OpKind::AllReduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op)));
 }
 
-chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chorusDataType_t datatype,
-                                   chorusRedOp_t op, chorusComm_t comm, void* stream) {
-  return collective(comm, stream, "chorusReduceScatter",
-                    api::makeOp(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, dtypeOf(datatype), redopOf(op)));
+chorusResult_t chorusReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   chorusDataType_t datatype, chorusRedOp_t op, chorusComm_t comm,
+                                   void* stream) {
+  return collective(
+      comm, stream, "chorusReduceScatter",
+      api::makeOp(OpKind::ReduceScatter, sendbuff, recvbuff, recvcount, dtypeOf(datatype), redopOf(op)));
 }
 
-chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chorusDataType_t datatype,
-                               chorusComm_t comm, void* stream) {
+chorusResult_t chorusAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               chorusDataType_t datatype, chorusComm_t comm, void* stream) {
   return collective(comm, stream, "chorusAllGather",
                     api::makeOp(OpKind::AllGather, sendbuff, recvbuff, sendcount, dtypeOf(datatype)));
 }
 
-chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype, int root,
-                               chorusComm_t comm, void* stream) {
-  return collective(comm, stream, "chorusBroadcast",
-                    api::makeOp(OpKind::Broadcast, sendbuff, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, root));
+chorusResult_t chorusBroadcast(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
+                               int root, chorusComm_t comm, void* stream) {
+  return collective(
+      comm, stream, "chorusBroadcast",
+      api::makeOp(OpKind::Broadcast, sendbuff, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, root));
 }
 
 chorusResult_t chorusReduce(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
                             chorusRedOp_t op, int root, chorusComm_t comm, void* stream) {
-  return collective(comm, stream, "chorusReduce",
-                    api::makeOp(OpKind::Reduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op), root));
+  return collective(
+      comm, stream, "chorusReduce",
+      api::makeOp(OpKind::Reduce, sendbuff, recvbuff, count, dtypeOf(datatype), redopOf(op), root));
 }
 
 chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count, chorusDataType_t datatype,
@@ -251,9 +267,9 @@ chorusResult_t chorusAllToAll(const void* sendbuff, void* recvbuff, size_t count
                     api::makeOp(OpKind::AllToAll, sendbuff, recvbuff, count, dtypeOf(datatype)));
 }
 
-chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls, void* recvbuff,
-                               const size_t* recvcounts, const size_t* rdispls, chorusDataType_t datatype,
-                               chorusComm_t comm, void* stream) {
+chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                               void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
+                               chorusDataType_t datatype, chorusComm_t comm, void* stream) {
   return guarded(comm, [&] {
     noStream(stream, "chorusAllToAllv");
     auto impl = lookup(comm, "chorusAllToAllv");
@@ -270,20 +286,23 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, c
   });
 }
 
-chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
-                          void* stream) {
-  return collective(comm, stream, "chorusSend",
-                    api::makeOp(OpKind::Send, sendbuff, nullptr, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
+chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, void* stream) {
+  return collective(
+      comm, stream, "chorusSend",
+      api::makeOp(OpKind::Send, sendbuff, nullptr, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
 }
 
-chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer, chorusComm_t comm,
-                          void* stream) {
-  return collective(comm, stream, "chorusRecv",
-                    api::makeOp(OpKind::Recv, nullptr, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
+chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,
+                          chorusComm_t comm, void* stream) {
+  return collective(
+      comm, stream, "chorusRecv",
+      api::makeOp(OpKind::Recv, nullptr, recvbuff, count, dtypeOf(datatype), ReduceOp::Sum, -1, peer));
 }
 
 chorusResult_t chorusBarrier(chorusComm_t comm, void* stream) {
-  return collective(comm, stream, "chorusBarrier", api::makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
+  return collective(comm, stream, "chorusBarrier",
+                    api::makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
 }
 
 chorusResult_t chorusGroupStart(void) {

@@ -39,16 +39,26 @@ size_t checkedBytes(size_t count, size_t k, size_t elem, const char* call) {
 
 const char* opKindName(OpKind k) {
   switch (k) {
-    case OpKind::AllReduce: return "allreduce";
-    case OpKind::ReduceScatter: return "reducescatter";
-    case OpKind::AllGather: return "allgather";
-    case OpKind::Broadcast: return "broadcast";
-    case OpKind::Reduce: return "reduce";
-    case OpKind::AllToAll: return "alltoall";
-    case OpKind::AllToAllv: return "alltoallv";
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
-    case OpKind::Barrier: return "barrier";
+    case OpKind::AllReduce:
+      return "allreduce";
+    case OpKind::ReduceScatter:
+      return "reducescatter";
+    case OpKind::AllGather:
+      return "allgather";
+    case OpKind::Broadcast:
+      return "broadcast";
+    case OpKind::Reduce:
+      return "reduce";
+    case OpKind::AllToAll:
+      return "alltoall";
+    case OpKind::AllToAllv:
+      return "alltoallv";
+    case OpKind::Send:
+      return "send";
+    case OpKind::Recv:
+      return "recv";
+    case OpKind::Barrier:
+      return "barrier";
   }
   return "unknown";
 }
@@ -101,7 +111,8 @@ void CommImpl::validate(const Op& op) const {
     }
     case OpKind::Broadcast:
     case OpKind::Reduce: {
-      if (op.root < 0 || op.root >= size_) failInvalid(where(), ": root ", op.root, " is out of range [0, ", size_, ")");
+      if (op.root < 0 || op.root >= size_)
+        failInvalid(where(), ": root ", op.root, " is out of range [0, ", size_, ")");
       size_t b = checkedBytes(op.count, 1, elem, call);
       bool isRoot = op.root == rank_;
       if (op.kind == OpKind::Broadcast) {
@@ -128,8 +139,10 @@ void CommImpl::validate(const Op& op) const {
       }
       size_t sMax = 0, rMax = 0;
       for (size_t j = 0; j < n; ++j) {
-        size_t se = checkedBytes(op.sendCounts[j], 1, elem, call), re = checkedBytes(op.recvCounts[j], 1, elem, call);
-        size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call), rd = checkedBytes(op.recvDispls[j], 1, elem, call);
+        size_t se = checkedBytes(op.sendCounts[j], 1, elem, call),
+               re = checkedBytes(op.recvCounts[j], 1, elem, call);
+        size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call),
+               rd = checkedBytes(op.recvDispls[j], 1, elem, call);
         if (se) sMax = std::max(sMax, sd + se);
         if (re) rMax = std::max(rMax, rd + re);
       }
@@ -140,7 +153,8 @@ void CommImpl::validate(const Op& op) const {
     }
     case OpKind::Send:
     case OpKind::Recv: {
-      if (op.peer < 0 || op.peer >= size_) failInvalid(where(), ": peer ", op.peer, " is out of range [0, ", size_, ")");
+      if (op.peer < 0 || op.peer >= size_)
+        failInvalid(where(), ": peer ", op.peer, " is out of range [0, ", size_, ")");
       size_t b = checkedBytes(op.count, 1, elem, call);
       needPtr(op.kind == OpKind::Send ? op.send : op.recv, b, "buffer");
       break;
@@ -252,8 +266,8 @@ void CommImpl::setLastError(const std::string& message) {
 
 std::string CommImpl::opWhat() const {
   if (curOp_) {
-    return strCat(opKindName(curOp_->kind), " #", collSeq_, " (", curOp_->count, " x ", dataTypeName(curOp_->type),
-                  curAlgo_ ? strCat(", ", curAlgo_) : std::string(), ")");
+    return strCat(opKindName(curOp_->kind), " #", collSeq_, " (", curOp_->count, " x ",
+                  dataTypeName(curOp_->type), curAlgo_ ? strCat(", ", curAlgo_) : std::string(), ")");
   }
   if (curP2p_) return strCat("group of ", curP2p_, " sends/receives");
   return "operation";
@@ -266,8 +280,9 @@ void CommImpl::executeGroup(const std::vector<Op>& ops) {
     if (op.isPointToPoint()) {
       size_t bytes = op.messageBytes();
       size_t elem = dataTypeSize(op.type);
-      p2p.push_back(op.kind == OpKind::Send ? engine::Transfer::send(op.peer, op.send, bytes, elem, kPointToPointTag)
-                                            : engine::Transfer::recv(op.peer, op.recv, bytes, elem, kPointToPointTag));
+      p2p.push_back(op.kind == OpKind::Send
+                        ? engine::Transfer::send(op.peer, op.send, bytes, elem, kPointToPointTag)
+                        : engine::Transfer::recv(op.peer, op.recv, bytes, elem, kPointToPointTag));
     } else {
       executeCollective(op);
     }
@@ -288,7 +303,8 @@ void CommImpl::executeLocally(const Op& op) {
       if (op.sendCounts[0]) {
         size_t elem = dataTypeSize(op.type);
         std::memmove(static_cast<std::byte*>(op.recv) + op.recvDispls[0] * elem,
-                     static_cast<const std::byte*>(op.send) + op.sendDispls[0] * elem, op.sendCounts[0] * elem);
+                     static_cast<const std::byte*>(op.send) + op.sendDispls[0] * elem,
+                     op.sendCounts[0] * elem);
       }
       return;
     case OpKind::Barrier:
@@ -337,7 +353,8 @@ void CommImpl::checkCallsMatch(const Op& op) {
     f.kind = static_cast<int32_t>(o.kind);
     f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
     f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-    bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
+    bool reducing =
+        o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
     f.op = reducing ? static_cast<int32_t>(o.op) : 0;
     f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
     return f;
@@ -345,7 +362,8 @@ void CommImpl::checkCallsMatch(const Op& op) {
   auto text = [](const transport::CallFingerprint& f) {
     auto kind = static_cast<OpKind>(f.kind);
     bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
-    return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ", dataTypeName(static_cast<DataType>(f.type)),
+    return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
+                  dataTypeName(static_cast<DataType>(f.type)),
                   reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
                   f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
   };
@@ -358,14 +376,17 @@ void CommImpl::checkCallsMatch(const Op& op) {
     if (!(theirs == mine)) differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", text(theirs));
   }
   if (!differ.empty()) {
-    fail(chorusInvalidUsage, strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ",
-                                    text(mine), " but ", differ));
+    fail(chorusInvalidUsage,
+         strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ", text(mine),
+                " but ", differ));
   }
 }
 
 // ---- Context for algorithms ---------------------------------------------------------------------
 
-engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, config_.timeout, spinPolls_); }
+engine::Waiter CommImpl::makeWaiter() {
+  return engine::Waiter(*this, opDeadline_, config_.timeout, spinPolls_);
+}
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();
@@ -380,13 +401,15 @@ void CommImpl::syncAll() {
   for (;;) {
     while (next < size_ && shm_->syncFlag(next) >= target) ++next;
     if (next == size_) return;
-    waiter.idle([&] {
-      std::string missing;
-      for (int r = 0; r < size_; ++r) {
-        if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
-      }
-      return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
-    }, [&](int r) { return shm_->syncFlag(r) < target; });
+    waiter.idle(
+        [&] {
+          std::string missing;
+          for (int r = 0; r < size_; ++r) {
+            if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
+          }
+          return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
+        },
+        [&](int r) { return shm_->syncFlag(r) < target; });
   }
 }
 
@@ -395,7 +418,8 @@ std::byte* CommImpl::scratch(size_t bytes, int slot) {
   if (s.bytes < bytes) {
     size_t want = alignUp(std::max(bytes, s.bytes * 2), 4096);
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, want));
-    if (!p) fail(chorusSystemError, strCat("rank ", rank_, ": cannot allocate ", formatBytes(want), " of scratch"));
+    if (!p)
+      fail(chorusSystemError, strCat("rank ", rank_, ": cannot allocate ", formatBytes(want), " of scratch"));
     std::free(s.ptr);
     scratchBytes_ += want - s.bytes;
     s.ptr = p;
@@ -421,16 +445,19 @@ void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
     int peer = shm_->findPeerFailure(&code, &text);
     if (peer >= 0) {
       // A peer's timeout is this rank's timeout too (same missing ranks); anything else is remote.
-      fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+      fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
+           strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
     }
   }
   for (size_t r = 0; r < peerPidfds_.size(); ++r) {
     int fd = peerPidfds_[r];
     if (fd < 0 || !waitingOn(static_cast<int>(r))) continue;
-    struct pollfd p {fd, POLLIN, 0};
+    struct pollfd p {
+      fd, POLLIN, 0
+    };
     if (poll(&p, 1, 0) > 0) {
-      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", r, " (", hosts_[r].describe(),
-                                     ") died"));
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", r, " (",
+                                     hosts_[r].describe(), ") died"));
     }
   }
 }

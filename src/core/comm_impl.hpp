@@ -32,8 +32,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
  public:
   /// Collective over all ranks. `keepAlive` holds what must live as long as the communicator
   /// (e.g. the store server this rank hosts).
-  static std::shared_ptr<CommImpl> create(std::shared_ptr<Store> store, int rank, int size, const Config& config,
-                                          std::shared_ptr<void> keepAlive = {});
+  static std::shared_ptr<CommImpl> create(std::shared_ptr<Store> store, int rank, int size,
+                                          const Config& config, std::shared_ptr<void> keepAlive = {});
   /// `size` ranks as threads of this process (rendezvous through an in-process store).
   static std::vector<std::shared_ptr<CommImpl>> createLocal(int size, const Config& config);
   ~CommImpl() override;
@@ -104,7 +104,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::unique_ptr<transport::ShmGroup> shm_;
   std::vector<HostIdentity> hosts_;
   std::vector<int> peerPidfds_;  // -1 where not watched
-  uint32_t spinPolls_ = 256;  // 0 when this host runs more ranks than this process may use cores
+  uint32_t spinPolls_ = 256;     // 0 when this host runs more ranks than this process may use cores
 
   // Per-operation state, touched only by the thread running the current ticket.
   uint64_t collSeq_ = 0;

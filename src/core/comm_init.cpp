@@ -53,8 +53,8 @@ int openPidfd(int pid) {
 
 CommImpl::CommImpl(int rank, int size, const Config& config) : rank_(rank), size_(size), config_(config) {}
 
-std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int rank, int size, const Config& config,
-                                           std::shared_ptr<void> keepAlive) {
+std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int rank, int size,
+                                           const Config& config, std::shared_ptr<void> keepAlive) {
   if (size < 1) failInvalid("communicator size ", size, " must be at least 1");
   if (rank < 0 || rank >= size) failInvalid("rank ", rank, " is out of range [0, ", size, ")");
   if (!store) failInvalid("rank ", rank, ": no store given for rendezvous");
@@ -78,8 +78,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   std::string id;
   if (rank_ == 0) {
     id = randomHex(12);
-    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_, " ",
-                                       config_.checkCalls ? 1 : 0));
+    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_,
+                                       " ", config_.checkCalls ? 1 : 0));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
@@ -92,7 +92,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
       fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
     }
     if (n != size_) {
-      failInvalid("rank ", rank_, " joined a communicator of ", size_, " ranks but rank 0 created one of ", n);
+      failInvalid("rank ", rank_, " joined a communicator of ", size_, " ranks but rank 0 created one of ",
+                  n);
     }
     id = idBuf;
     config_.shmStageBytes = stage;
@@ -109,7 +110,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   for (int r = 0; r < size_; ++r) {
     if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {
       fail(chorusInvalidUsage,
-           strCat("rank ", rank_, " (", me.hostname, ") and rank ", r, " (", hosts_[static_cast<size_t>(r)].hostname,
+           strCat("rank ", rank_, " (", me.hostname, ") and rank ", r, " (",
+                  hosts_[static_cast<size_t>(r)].hostname,
                   ") are on different hosts or network namespaces; this build of Chorus has only the "
                   "shared-memory transport, so all ranks must share one host"));
     }
@@ -130,7 +132,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   peerPidfds_.assign(static_cast<size_t>(size_), -1);
   for (int r = 0; r < size_; ++r) {
     const HostIdentity& h = hosts_[static_cast<size_t>(r)];
-    if (r != rank_ && h.pid != me.pid && h.samePidNamespace(me)) peerPidfds_[static_cast<size_t>(r)] = openPidfd(h.pid);
+    if (r != rank_ && h.pid != me.pid && h.samePidNamespace(me))
+      peerPidfds_[static_cast<size_t>(r)] = openPidfd(h.pid);
   }
   logInfo("rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ", timeout.count(), " ms)");
 }
@@ -172,7 +175,8 @@ CommImpl::~CommImpl() {
 }
 
 std::shared_ptr<CommImpl> CommImpl::split(int color, int key) {
-  if (color < CHORUS_SPLIT_NOCOLOR) failInvalid("split on rank ", rank_, ": color ", color, " must be >= 0 or CHORUS_SPLIT_NOCOLOR");
+  if (color < CHORUS_SPLIT_NOCOLOR)
+    failInvalid("split on rank ", rank_, ": color ", color, " must be >= 0 or CHORUS_SPLIT_NOCOLOR");
   std::vector<int64_t> all(static_cast<size_t>(size_) * 2);
   int64_t mine[2] = {color, key};
   Op gather;
@@ -187,7 +191,8 @@ std::shared_ptr<CommImpl> CommImpl::split(int color, int key) {
   if (color == CHORUS_SPLIT_NOCOLOR) return nullptr;
   std::vector<std::pair<int64_t, int>> members;  // (key, parent rank)
   for (int r = 0; r < size_; ++r) {
-    if (all[static_cast<size_t>(r) * 2] == color) members.emplace_back(all[static_cast<size_t>(r) * 2 + 1], r);
+    if (all[static_cast<size_t>(r) * 2] == color)
+      members.emplace_back(all[static_cast<size_t>(r) * 2 + 1], r);
   }
   std::sort(members.begin(), members.end());
   int newRank = 0;

@@ -67,7 +67,8 @@ void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
 Work api::runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
   CommImpl& c = live(impl);
   c.validate(op);
-  if (group::active()) fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
+  if (group::active())
+    fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
   c.checkUsable();
   return Work(c.submit({std::move(op)}, true));
 }
@@ -94,8 +95,9 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
 void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type) {
   runBlocking(impl_, makeOp(OpKind::AllToAll, send, recv, count, type));
 }
-void Communicator::allToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
-                             void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
+void Communicator::allToAllv(const void* send, std::span<const size_t> sendCounts,
+                             std::span<const size_t> sendDispls, void* recv,
+                             std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
                              DataType type) {
   Op o = makeOp(OpKind::AllToAllv, send, recv, 0, type);
   o.sendCounts.assign(sendCounts.begin(), sendCounts.end());
@@ -110,12 +112,15 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   runBlocking(impl_, makeOp(OpKind::Recv, nullptr, buf, count, type, ReduceOp::Sum, -1, peer));
 }
-void Communicator::barrier() { runBlocking(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8)); }
+void Communicator::barrier() {
+  runBlocking(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
+}
 
 Work Communicator::allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   return runAsync(impl_, makeOp(OpKind::AllReduce, send, recv, count, type, op));
 }
-Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op) {
+Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t recvCount, DataType type,
+                                      ReduceOp op) {
   return runAsync(impl_, makeOp(OpKind::ReduceScatter, send, recv, recvCount, type, op));
 }
 Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount, DataType type) {
@@ -124,13 +129,16 @@ Work Communicator::allGatherAsync(const void* send, void* recv, size_t sendCount
 Work Communicator::broadcastAsync(const void* send, void* recv, size_t count, DataType type, int root) {
   return runAsync(impl_, makeOp(OpKind::Broadcast, send, recv, count, type, ReduceOp::Sum, root));
 }
-Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root) {
+Work Communicator::reduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                               int root) {
   return runAsync(impl_, makeOp(OpKind::Reduce, send, recv, count, type, op, root));
 }
 Work Communicator::allToAllAsync(const void* send, void* recv, size_t count, DataType type) {
   return runAsync(impl_, makeOp(OpKind::AllToAll, send, recv, count, type));
 }
-Work Communicator::barrierAsync() { return runAsync(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8)); }
+Work Communicator::barrierAsync() {
+  return runAsync(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
+}
 
 std::optional<Communicator> Communicator::split(int color, int key) {
   CommImpl& c = live(impl_);
@@ -147,7 +155,8 @@ std::string Communicator::lastError() const { return live(impl_).lastError(); }
 size_t Communicator::memoryBytes() const { return live(impl_).memoryBytes(); }
 
 void Communicator::checkSpan(size_t expected, size_t got, const char* call) {
-  if (expected != got) failInvalid(call, ": span sizes disagree (expected ", expected, " elements, got ", got, ")");
+  if (expected != got)
+    failInvalid(call, ": span sizes disagree (expected ", expected, " elements, got ", got, ")");
 }
 
 void groupStart() { group::start(); }

@@ -24,11 +24,24 @@ std::optional<size_t> parseByteSize(const std::string& text) {
   int shift = 0;
   if (pos < text.size()) {
     switch (text[pos]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      case 't': case 'T': shift = 40; break;
-      default: return std::nullopt;
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      case 't':
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        return std::nullopt;
     }
     ++pos;
     if (pos < text.size() && (text[pos] == 'i' || text[pos] == 'I')) ++pos;
@@ -50,11 +63,16 @@ EnvConfig readEnv() {
   if (const char* v = std::getenv("CHORUS_DEBUG")) {
     std::string s = v;
     for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (s == "NONE" || s == "0") c.logLevel = LogLevel::None;
-    else if (s == "WARN") c.logLevel = LogLevel::Warn;
-    else if (s == "INFO") c.logLevel = LogLevel::Info;
-    else if (s == "TRACE") c.logLevel = LogLevel::Trace;
-    else note(strCat("CHORUS_DEBUG='", v, "' is not one of NONE, WARN, INFO, TRACE"));
+    if (s == "NONE" || s == "0")
+      c.logLevel = LogLevel::None;
+    else if (s == "WARN")
+      c.logLevel = LogLevel::Warn;
+    else if (s == "INFO")
+      c.logLevel = LogLevel::Info;
+    else if (s == "TRACE")
+      c.logLevel = LogLevel::Trace;
+    else
+      note(strCat("CHORUS_DEBUG='", v, "' is not one of NONE, WARN, INFO, TRACE"));
   }
   // CHORUS_TIMEOUT: seconds (may be fractional) any single wait may take (default 300).
   if (const char* v = std::getenv("CHORUS_TIMEOUT")) {
@@ -89,8 +107,10 @@ EnvConfig readEnv() {
   // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
   if (const char* v = std::getenv("CHORUS_CHECK")) {
     std::string s = v;
-    if (s == "1") c.checkCalls = true;
-    else if (s != "0") note(strCat("CHORUS_CHECK='", v, "' must be 0 or 1"));
+    if (s == "1")
+      c.checkCalls = true;
+    else if (s != "0")
+      note(strCat("CHORUS_CHECK='", v, "' must be 0 or 1"));
   }
   return c;
 }

@@ -8,7 +8,9 @@ namespace {
 thread_local std::string tLastError;
 }
 
-void failSystem(const std::string& what, int err) { fail(chorusSystemError, strCat(what, ": ", errnoText(err))); }
+void failSystem(const std::string& what, int err) {
+  fail(chorusSystemError, strCat(what, ": ", errnoText(err)));
+}
 
 void setThreadLastError(const std::string& message) { tLastError = message; }
 const std::string& threadLastError() { return tLastError; }

@@ -23,7 +23,9 @@ uint64_t makeHeader(uint16_t tag, size_t bytes) {
 size_t padOf(size_t bytes) { return alignUp(bytes, 8) - bytes; }
 
 const char* kindName(TransferKind k) {
-  return k == TransferKind::Send ? "send to" : k == TransferKind::Recv ? "receive from" : "receive+reduce from";
+  return k == TransferKind::Send   ? "send to"
+         : k == TransferKind::Recv ? "receive from"
+                                   : "receive+reduce from";
 }
 
 // Each step function moves as much as the pipe allows and reports whether anything moved.
@@ -78,8 +80,8 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::funct
     size_t len = static_cast<size_t>(h & kLengthMask);
     if (tag != t.tag || len != t.bytes) {
       fail(chorusInvalidUsage,
-           strCat("rank ", self, ": ", what(), ": message from rank ", t.peer, " has ", len, " bytes (tag ", tag,
-                  ") but this rank expected ", t.bytes, " bytes (tag ", t.tag,
+           strCat("rank ", self, ": ", what(), ": message from rank ", t.peer, " has ", len, " bytes (tag ",
+                  tag, ") but this rank expected ", t.bytes, " bytes (tag ", t.tag,
                   "); the ranks called different operations, counts or types"));
     }
     pipe.consume(8);
@@ -149,8 +151,8 @@ void runSelfTransfers(std::span<Transfer> ts, int self, const std::function<std:
 
 }  // namespace
 
-Transfer Transfer::recvReduce(int peer, void* dst, const void* local, size_t bytes, DataType type, ReduceOp op,
-                              int avgDivisor, uint16_t tag) {
+Transfer Transfer::recvReduce(int peer, void* dst, const void* local, size_t bytes, DataType type,
+                              ReduceOp op, int avgDivisor, uint16_t tag) {
   Transfer t;
   t.kind = TransferKind::RecvReduce;
   t.peer = peer;
@@ -165,7 +167,8 @@ Transfer Transfer::recvReduce(int peer, void* dst, const void* local, size_t byt
   return t;
 }
 
-void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& waiter, const std::function<std::string()>& what) {
+void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& waiter,
+                  const std::function<std::string()>& what) {
   runSelfTransfers(ts, self, what);
   // blockedBy[i]: the previous transfer on the same pipe (same peer and direction), or -1.
   std::vector<int> blockedBy(ts.size(), -1);

@@ -26,7 +26,8 @@ template <typename R, typename... A>
 class FunctionRef<R(A...)> {
  public:
   template <typename F>
-  FunctionRef(F& f) : obj_(&f), call_([](const void* o, A... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
+  FunctionRef(F& f)
+      : obj_(&f), call_([](const void* o, A... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
   R operator()(A... a) const { return call_(obj_, a...); }
 
  private:
@@ -58,7 +59,8 @@ class Waiter {
  public:
   /// `spinPolls`: idle polls spent spinning before yielding (0 when ranks outnumber cores: a
   /// spinning rank would only burn the time slice of the peer it waits for).
-  Waiter(Health& health, Clock::time_point deadline, std::chrono::milliseconds timeout, uint32_t spinPolls = 256)
+  Waiter(Health& health, Clock::time_point deadline, std::chrono::milliseconds timeout,
+         uint32_t spinPolls = 256)
       : health_(health), deadline_(deadline), timeout_(timeout), spinPolls_(spinPolls) {}
 
   /// Call after a poll that made progress.

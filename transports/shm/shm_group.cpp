@@ -27,7 +27,6 @@ struct ShmGroup::Header {
   CallFingerprint calls[2];
 };
 
-
 ShmGroup::Header* ShmGroup::header(int r) const {
   static_assert(sizeof(Header) <= kHeaderBytes);
   return static_cast<Header*>(segments_[static_cast<size_t>(r)].data());
@@ -89,7 +88,9 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
 
 ShmGroup::~ShmGroup() = default;
 
-void ShmGroup::setSyncFlag(uint64_t value) { header(rank_)->syncFlag.store(value, std::memory_order_release); }
+void ShmGroup::setSyncFlag(uint64_t value) {
+  header(rank_)->syncFlag.store(value, std::memory_order_release);
+}
 
 uint64_t ShmGroup::syncFlag(int r) const { return header(r)->syncFlag.load(std::memory_order_acquire); }
 

@@ -39,9 +39,9 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
     close(fd);
     shm_unlink(name.c_str());
     if (rc == ENOSPC) {
-      fail(chorusSystemError, strCat("shared memory segment ", name, " needs ", formatBytes(bytes),
-                                     ": /dev/shm is full (", errnoText(rc),
-                                     "); enlarge /dev/shm or lower CHORUS_SHM_STAGE_BYTES"));
+      fail(chorusSystemError,
+           strCat("shared memory segment ", name, " needs ", formatBytes(bytes), ": /dev/shm is full (",
+                  errnoText(rc), "); enlarge /dev/shm or lower CHORUS_SHM_STAGE_BYTES"));
     }
     failSystem(strCat("posix_fallocate(", name, ", ", bytes, " bytes)"), rc);
   }
