@@ -14,8 +14,8 @@ namespace chorus::kernels {
 
 namespace {
 
-constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy};
-constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy};
+constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &portable::streamCopy};
+constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy};
 
 const KernelImpl& choose() {
   const char* forced = std::getenv("CHORUS_CPU_KERNELS");
@@ -69,8 +69,17 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
 }
 
-void copy(void* dst, const void* src, size_t bytes) {
-  if (bytes != 0) activeKernels().copy(dst, src, bytes);
+void copy(void* dst, const void* src, size_t bytes, Store store) {
+  if (bytes == 0) return;
+  switch (store) {
+    case Store::Auto:
+      return activeKernels().copy(dst, src, bytes);
+    case Store::Cached:
+      std::memcpy(dst, src, bytes);
+      return;
+    case Store::Streaming:
+      return activeKernels().streamCopy(dst, src, bytes);
+  }
 }
 
 const char* simdLevel() { return activeKernels().name; }

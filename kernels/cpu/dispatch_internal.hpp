@@ -17,7 +17,8 @@ using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 struct KernelImpl {
   const char* name;  // "portable" or "avx2+f16c"
   ReduceFn reduce;
-  CopyFn copy;
+  CopyFn copy;        // Store::Auto
+  CopyFn streamCopy;  // Store::Streaming
 };
 
 // The implementations themselves (reduce_portable.cpp, reduce_avx2.cpp).
@@ -25,11 +26,13 @@ namespace portable {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes);
+void streamCopy(void* dst, const void* src, size_t bytes);
 }  // namespace portable
 namespace avx2 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes);
+void streamCopy(void* dst, const void* src, size_t bytes);
 }  // namespace avx2
 
 /// Whether this CPU can run the AVX2 implementation (AVX2, F16C and FMA; x86 only).

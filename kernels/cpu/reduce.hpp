@@ -24,8 +24,16 @@ namespace chorus::kernels {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 
-/// memcpy tuned for large buffers (non-temporal stores past a threshold where that is faster).
-void copy(void* dst, const void* src, size_t bytes);
+/// How copy() writes its destination.
+enum class Store {
+  Auto,       ///< memcpy, switching to non-temporal stores for a single copy of 16 MiB or more
+  Cached,     ///< always memcpy: the destination ends up in cache for a reader that follows
+  Streaming,  ///< non-temporal stores: the destination bypasses the cache (no read-for-ownership)
+};
+
+/// memcpy tuned for large buffers. Collectives copy a large output in many small pieces, so they
+/// choose Streaming or Cached from the size of the whole output (see streamingStore()).
+void copy(void* dst, const void* src, size_t bytes, Store store = Store::Auto);
 
 /// "avx2+f16c" or "portable": the implementation in use.
 const char* simdLevel();

@@ -65,6 +65,7 @@ namespace chorus::kernels::CHORUS_KERNELS_ISA {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes);
+void streamCopy(void* dst, const void* src, size_t bytes);
 
 namespace {
 
@@ -624,13 +625,15 @@ void reduceTyped(void* dstv, const void* const* srcs, int nsrcs, size_t count, R
   }
 }
 
+}  // namespace
+
 // Copy with non-temporal stores: align the destination to 64 bytes, stream whole 64-byte lines,
 // fence, copy the tail.
-inline void streamCopy(void* dstv, const void* srcv, size_t bytes) {
+void streamCopy(void* dstv, const void* srcv, size_t bytes) {
 #if defined(__SSE2__)
   auto* d = static_cast<unsigned char*>(dstv);
   const auto* s = static_cast<const unsigned char*>(srcv);
-  const size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+  const size_t head = minSize((64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63, bytes);
   std::memcpy(d, s, head);
   d += head;
   s += head;
@@ -659,8 +662,6 @@ inline void streamCopy(void* dstv, const void* srcv, size_t bytes) {
   std::memcpy(dstv, srcv, bytes);
 #endif
 }
-
-}  // namespace
 
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor) {

@@ -13,6 +13,7 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
@@ -22,11 +23,11 @@ void allGatherDirect(Context& ctx, const Op& op) {
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
           kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h),
-                        ce * elem);
+                        ce * elem, store);
         }
         if (!inPlace) {
           kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem),
-                        ce * elem);
+                        ce * elem, store);
         }
       });
 }

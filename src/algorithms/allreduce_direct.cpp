@@ -11,6 +11,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  const kernels::Store store = outputStore(op.count * elem);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
@@ -28,7 +29,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
         ctx.syncAll();  // every slice reduced
         for (int k = 0; k < n; ++k) {
           size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
-          if (l) kernels::copy(at(op.recv, off + o, elem), shm.stage(k, h) + o * elem, l * elem);
+          if (l) kernels::copy(at(op.recv, off + o, elem), shm.stage(k, h) + o * elem, l * elem, store);
         }
       });
 }

@@ -13,13 +13,14 @@ void allToAllDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
+  const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },
       [&](size_t off, size_t ce, int h) {
         for (int k = 0; k < n; ++k) {
           kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
-                        shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem);
+                        shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
         }
       });
 }

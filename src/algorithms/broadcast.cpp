@@ -12,6 +12,7 @@ void broadcastDirect(Context& ctx, const Op& op) {
   const int me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  const kernels::Store store = outputStore(op.count * elem);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
@@ -19,9 +20,9 @@ void broadcastDirect(Context& ctx, const Op& op) {
       },
       [&](size_t off, size_t ce, int h) {
         if (me != op.root) {
-          kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem);
+          kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem, store);
         } else if (op.send != op.recv) {
-          kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem);
+          kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);
         }
       });
 }

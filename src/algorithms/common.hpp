@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "kernels/cpu/reduce.hpp"
 
@@ -53,6 +54,13 @@ inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, si
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
     kernels::copy(mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);
   }
+}
+
+/// How to write an output of `bytes` per rank: past CHORUS_NT_STORE_BYTES the output will not fit
+/// in cache with the input anyway, and non-temporal stores save the read-for-ownership of every
+/// destination line (a third of the memory traffic of a copy).
+inline kernels::Store outputStore(size_t bytes) {
+  return bytes >= envConfig().ntStoreBytes ? kernels::Store::Streaming : kernels::Store::Cached;
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

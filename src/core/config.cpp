@@ -104,6 +104,16 @@ EnvConfig readEnv() {
       c.shmFifoBytes = *b;
     }
   }
+  // CHORUS_NT_STORE_BYTES: outputs of at least this many bytes per rank bypass the cache when the
+  // direct algorithms write them (default 16M; "inf" never).
+  if (const char* v = std::getenv("CHORUS_NT_STORE_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b) {
+      note(strCat("CHORUS_NT_STORE_BYTES='", v, "' must be a size such as 16M, or inf"));
+    } else {
+      c.ntStoreBytes = *b;
+    }
+  }
   // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
   if (const char* v = std::getenv("CHORUS_CHECK")) {
     std::string s = v;

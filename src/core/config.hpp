@@ -19,6 +19,8 @@ struct EnvConfig {
   size_t shmStageBytes = size_t{4} << 20;
   size_t shmFifoBytes = size_t{1} << 20;
   bool checkCalls = false;
+  /// Collectives whose output per rank is at least this many bytes write it with non-temporal stores.
+  size_t ntStoreBytes = size_t{16} << 20;
   /// First problem found while parsing (empty if none); reported when a communicator is created.
   std::string parseError;
 };

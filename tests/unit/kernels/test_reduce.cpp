@@ -762,16 +762,20 @@ TEST(Copy, AllSizesAndAlignments) {
   std::vector<unsigned char> src(big + 64), dst(big + 64);
   for (auto& c : src) c = static_cast<unsigned char>(rng());
   for (const KernelImpl* impl : availableImpls()) {
-    for (size_t size : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(4097), size_t(1) << 20, big}) {
+    for (size_t size : {size_t(0), size_t(1), size_t(31), size_t(63), size_t(64), size_t(65), size_t(4097),
+                        size_t(1) << 20, big}) {
       for (size_t so : {0, 1}) {
         for (size_t doff : {0, 5, 32}) {
-          std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xa5));
-          impl->copy(dst.data() + doff, src.data() + so, size);
-          ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
-              << impl->name << " size " << size << " offsets " << so << "/" << doff;
-          for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0xa5);
-          for (size_t i = doff + size; i < std::min(dst.size(), doff + size + 64); ++i)
-            ASSERT_EQ(dst[i], 0xa5);
+          for (CopyFn fn : {impl->copy, impl->streamCopy}) {
+            const char* kind = fn == impl->copy ? "copy" : "streamCopy";
+            std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xa5));
+            fn(dst.data() + doff, src.data() + so, size);
+            ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
+                << impl->name << " " << kind << " size " << size << " offsets " << so << "/" << doff;
+            for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0xa5) << kind;
+            for (size_t i = doff + size; i < std::min(dst.size(), doff + size + 64); ++i)
+              ASSERT_EQ(dst[i], 0xa5) << kind;
+          }
         }
       }
     }
@@ -807,6 +811,11 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
   std::vector<float> c(1000);
   copy(c.data(), out.data(), c.size() * sizeof(float));
   EXPECT_EQ(c, out);
+  for (Store store : {Store::Auto, Store::Cached, Store::Streaming}) {
+    std::vector<float> d(1000);
+    copy(d.data() + 1, out.data(), 999 * sizeof(float), store);
+    EXPECT_TRUE(std::equal(d.begin() + 1, d.end(), out.begin())) << static_cast<int>(store);
+  }
   reduce(nullptr, nullptr, 1, 0, DataType::Float32, ReduceOp::Sum, 0);  // nothing to do
   copy(nullptr, nullptr, 0);
 }
