@@ -54,6 +54,7 @@ struct Options {
   int root = 0;
   int threads = 0;  // 0: ranks from the environment
   bool json = false;
+  bool memAlloc = false;
   std::vector<TypeDesc> types;
   std::vector<OpDesc> ops;
 };
@@ -87,16 +88,18 @@ size_t parseSize(const std::string& text, const char* flag) {
   return static_cast<size_t>(value << shift);
 }
 
-// Host buffer aligned to 64 bytes, zeroed (so its pages are touched before timing).
+// Host buffer aligned to 64 bytes, zeroed (so its pages are touched before timing); from
+// chorus::memAlloc (peers read it in place) with -M 1.
 struct Buffer {
   struct Free {
-    void operator()(void* p) const { std::free(p); }
+    bool shared;
+    void operator()(void* p) const { shared ? chorus::memFree(p) : std::free(p); }
   };
   std::unique_ptr<void, Free> mem;
 
-  explicit Buffer(size_t bytes) {
+  Buffer(size_t bytes, bool shared) : mem(nullptr, Free{shared}) {
     const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-    mem.reset(std::aligned_alloc(64, rounded));
+    mem.reset(shared ? chorus::memAlloc(rounded) : std::aligned_alloc(64, rounded));
     if (!mem) throw std::runtime_error("cannot allocate " + std::to_string(rounded) + " bytes");
     std::memset(mem.get(), 0, rounded);
   }
@@ -140,8 +143,9 @@ void printHeader(chorus::Communicator& comm, const Options& o) {
     all[r].host[sizeof(all[r].host) - 1] = '\0';
     int local = 0;  // ranks before this one on the same host: its "device"
     for (int q = 0; q < r; ++q) local += std::strcmp(all[q].host, all[r].host) == 0;
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] host memory\n", r, 0,
-                static_cast<int>(all[r].pid), all[r].host, local);
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r, 0,
+                static_cast<int>(all[r].pid), all[r].host, local,
+                o.memAlloc ? "host memory from chorusMemAlloc" : "host memory");
   }
   std::printf("#\n");
   std::printf("#%62s%-35s%s\n", "", "out-of-place", "in-place");
@@ -176,7 +180,11 @@ nlohmann::json jsonWrong(int64_t wrong) {
 class Bench {
  public:
   Bench(chorus::Communicator& comm, const Options& o)
-      : comm_(comm), o_(o), send_(o.maxBytes), recv_(o.maxBytes), printer_(comm.rank() == 0) {}
+      : comm_(comm),
+        o_(o),
+        send_(o.maxBytes, o.memAlloc),
+        recv_(o.maxBytes, o.memAlloc),
+        printer_(comm.rank() == 0) {}
 
   // Runs every row; returns the process exit status (0, or 1 if any result was wrong).
   int run() {
@@ -390,8 +398,13 @@ int main(int argc, char** argv) {
                  "(default float)");
   app.add_option("-r,--root", o.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--json", o.json, "also print each row as a JSON object");
+  int memAlloc = 0;
+  app.add_option("-M,--memalloc", memAlloc,
+                 "1: buffers from chorus::memAlloc, which peers read in place (zero copy); default 0")
+      ->check(CLI::Range(0, 1));
   try {
     app.parse(argc, argv);
+    o.memAlloc = memAlloc != 0;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -93,6 +93,17 @@ typedef struct {
 /** Library version as CHORUS_VERSION_CODE. */
 CHORUS_API chorusResult_t chorusGetVersion(int* version);
 
+/** Allocates `size` (> 0) bytes of host memory, page aligned and zeroed, that the other ranks on
+ *  this host can read in place (ncclMemAlloc's counterpart). A collective of 64 KiB or more whose
+ *  buffers come from here on every rank skips the copy through shared staging: allreduce needs its
+ *  send and receive buffers there, allgather, reducescatter and broadcast only the send buffer.
+ *  Any mix works; only speed differs. Free with chorusMemFree. */
+CHORUS_API chorusResult_t chorusMemAlloc(void** ptr, size_t size);
+
+/** Frees memory from chorusMemAlloc (NULL is a no-op). Peers keep a mapping of it until they
+ *  evict it, so the pages return to the system once those go too. */
+CHORUS_API chorusResult_t chorusMemFree(void* ptr);
+
 /** Static text for a result code (never NULL). */
 CHORUS_API const char* chorusGetErrorString(chorusResult_t result);
 

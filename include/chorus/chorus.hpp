@@ -250,6 +250,11 @@ class CHORUS_API Communicator {
   std::shared_ptr<CommImpl> impl_;
 };
 
+/// Host memory the other ranks on this host read in place (see chorusMemAlloc). Throws Error.
+CHORUS_API void* memAlloc(size_t bytes);
+/// Frees memory from memAlloc (nullptr is a no-op). Throws Error for any other pointer.
+CHORUS_API void memFree(void* ptr);
+
 /// Group calls on the calling thread (see chorusGroupStart). Prefer the RAII Group below.
 CHORUS_API void groupStart();
 CHORUS_API void groupEnd();

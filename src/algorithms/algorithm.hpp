@@ -36,6 +36,24 @@ class Context {
   virtual void syncAll() = 0;
   /// Direct algorithms: which staging half (0/1) the next chunk uses; alternates across operations.
   virtual int nextStageHalf() = 0;
+  /// Low-latency exchange for small messages: publishes `bytes` (<= llCapacity()) of `mine` and
+  /// copies every rank's message, own included, to out + r * bytes. One cache-line transfer per
+  /// 56 bytes and peer, no separate flag; it is also a synchronisation of all ranks.
+  virtual void llGather(const void* mine, size_t bytes, std::byte* out) = 0;
+  size_t llCapacity() const { return transport::ShmGroup::kLlBytes; }
+  /// A rank's buffers for zero-copy algorithms, mapped into this process.
+  struct PeerBuffers {
+    const std::byte* send = nullptr;
+    std::byte* recv = nullptr;
+  };
+  /// Zero-copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed) and
+  /// synchronises. If zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc
+  /// memory, fills `peers` (one entry per rank, own included) and returns true; otherwise false.
+  /// Every rank gets the same answer. Costs one synchronisation, so only for large messages.
+  virtual bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                               std::vector<PeerBuffers>& peers) = 0;
+  /// Whether exchangeBuffers() can ever succeed on this communicator (same on every rank).
+  virtual bool zeroCopyEnabled() const = 0;
   /// Tag that identifies this operation's messages on the pipes.
   virtual uint16_t tag() const = 0;
 };
@@ -72,6 +90,8 @@ const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vecto
 
 // The algorithms (one file each).
 void allReduceDirect(Context&, const Op&);
+void allReduceOneShot(Context&, const Op&);
+void allReduceLowLatency(Context&, const Op&);
 void allReduceRing(Context&, const Op&);
 void allReduceRecursiveDoubling(Context&, const Op&);
 void reduceScatterDirect(Context&, const Op&);

@@ -8,12 +8,23 @@ namespace chorus::algo {
 
 void allGatherDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
-  const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem);
+  std::vector<Context::PeerBuffers> peers;
+  if (tryZeroCopy(ctx, op.count * elem, op.send, op.count * elem, op.recv, 0, peers)) {
+    // Zero copy: every rank copies the peers' inputs straight into its output.
+    for (int k = 0; k < n; ++k) {
+      if (k == me && inPlace) continue;
+      kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count, elem), peers[static_cast<size_t>(k)].send,
+                    op.count * elem, store);
+    }
+    ctx.syncAll();  // nobody reads this rank's input any more
+    return;
+  }
+  transport::ShmGroup& shm = *ctx.shm();
+  const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {

@@ -5,13 +5,44 @@
 
 namespace chorus::algo {
 
-void allReduceDirect(Context& ctx, const Op& op) {
-  if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
+namespace {
+
+// Zero copy (every rank's buffers in chorusMemAlloc memory): rank r reduces slice r straight from
+// every peer's input into its own output, then copies the other slices from the peers' outputs.
+// Three synchronisations (buffers published, slices reduced, peers done reading) and each rank
+// reads n + n-1 slices and writes n: no staging copy at all.
+void allReduceShared(Context& ctx, const Op& op, const std::vector<Context::PeerBuffers>& peers) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
-  const size_t chunk = stageChunkElems(shm, elem, 1);
+  Slices slices(op.count, static_cast<size_t>(n), cacheLineElems(elem));
+  const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
+  if (sn) {
+    std::vector<const void*> srcs(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = peers[static_cast<size_t>(k)].send + so * elem;
+    kernels::reduce(at(op.recv, so, elem), srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n));
+  }
+  ctx.syncAll();  // every slice reduced
   const kernels::Store store = outputStore(op.count * elem);
+  for (int k = 0; k < n; ++k) {
+    const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
+    if (k != me && l)
+      kernels::copy(at(op.recv, o, elem), peers[static_cast<size_t>(k)].recv + o * elem, l * elem, store);
+  }
+  ctx.syncAll();  // nobody reads this rank's buffers any more: the caller may reuse them
+}
+
+}  // namespace
+
+void allReduceDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t bytes = op.count * elem;
+  std::vector<Context::PeerBuffers> peers;
+  if (tryZeroCopy(ctx, bytes, op.send, bytes, op.recv, bytes, peers)) return allReduceShared(ctx, op, peers);
+  transport::ShmGroup& shm = *ctx.shm();
+  const size_t chunk = stageChunkElems(shm, elem, 1);
+  const kernels::Store store = outputStore(bytes);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
@@ -32,6 +63,46 @@ void allReduceDirect(Context& ctx, const Op& op) {
           if (l) kernels::copy(at(op.recv, off + o, elem), shm.stage(k, h) + o * elem, l * elem, store);
         }
       });
+}
+
+// AllReduce, one-shot: every rank stages its input and, after one synchronisation, reduces the
+// whole chunk from all staging areas into its own output. Each rank reads n times what it would
+// read in `direct`, but a chunk costs one synchronisation instead of two: the choice for small
+// messages, where the flag round trip is most of the time.
+void allReduceOneShot(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  transport::ShmGroup& shm = *ctx.shm();
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = stageChunkElems(shm, elem, 1);
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  forEachStagedChunk(
+      ctx, op.count, chunk,
+      [&](size_t off, size_t ce, int h) {
+        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      },
+      [&](size_t off, size_t ce, int h) {
+        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
+        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+      });
+}
+
+// AllReduce, low latency: chunks of up to llCapacity() bytes go through the low-latency lines
+// (data and flag in one cache line); every rank reduces all n copies in rank order, so all ranks
+// get bit-identical results.
+void allReduceLowLatency(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = ctx.llCapacity() / elem;
+  std::byte* gathered = ctx.scratch(static_cast<size_t>(n) * chunk * elem);
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off), bytes = ce * elem;
+    ctx.llGather(at(op.send, off, elem), bytes, gathered);
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = gathered + static_cast<size_t>(k) * bytes;
+    kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+  }
 }
 
 }  // namespace chorus::algo

@@ -8,11 +8,20 @@ namespace chorus::algo {
 
 void broadcastDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
   const int me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
+  const size_t bytes = op.count * elem;
+  const kernels::Store store = outputStore(bytes);
+  std::vector<Context::PeerBuffers> peers;
+  if (tryZeroCopy(ctx, bytes, op.send, me == op.root ? bytes : 0, op.recv, 0, peers)) {
+    // Zero copy: every rank copies the root's input straight into its output.
+    const std::byte* src = peers[static_cast<size_t>(op.root)].send;
+    if (src != op.recv) kernels::copy(op.recv, src, bytes, store);
+    ctx.syncAll();  // nobody reads the root's input any more
+    return;
+  }
+  transport::ShmGroup& shm = *ctx.shm();
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  const kernels::Store store = outputStore(op.count * elem);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {

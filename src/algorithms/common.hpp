@@ -63,6 +63,19 @@ inline kernels::Store outputStore(size_t bytes) {
   return bytes >= envConfig().ntStoreBytes ? kernels::Store::Streaming : kernels::Store::Cached;
 }
 
+/// Zero-copy algorithms read peers' buffers in place when all ranks' buffers come from
+/// chorusMemAlloc. Below this size the extra synchronisation of the buffer exchange costs more
+/// than the copy through the staging area that it saves.
+constexpr size_t kZeroCopyMinBytes = size_t{64} << 10;
+
+/// Context::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
+/// message is too small or zero copy is off.
+inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, size_t sendBytes, void* recv,
+                        size_t recvBytes, std::vector<Context::PeerBuffers>& peers) {
+  if (messageBytes < kZeroCopyMinBytes || !ctx.zeroCopyEnabled()) return false;
+  return ctx.exchangeBuffers(send, sendBytes, recv, recvBytes, peers);
+}
+
 /// The divisor for Avg at the point where a reduction completes (0 = no division).
 inline int avgDivisor(const Op& op, int nranks) { return op.op == ReduceOp::Avg ? nranks : 0; }
 

@@ -9,11 +9,22 @@ namespace chorus::algo {
 // straight into its output. One synchronisation per chunk.
 void reduceScatterDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
-  const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   std::vector<const void*> srcs(static_cast<size_t>(n));
+  std::vector<Context::PeerBuffers> peers;
+  const size_t sendBytes = static_cast<size_t>(n) * op.count * elem;
+  if (tryZeroCopy(ctx, sendBytes, op.send, sendBytes, op.recv, 0, peers)) {
+    // Zero copy: reduce block `me` of every peer's input straight into the output.
+    for (int k = 0; k < n; ++k)
+      srcs[static_cast<size_t>(k)] =
+          peers[static_cast<size_t>(k)].send + static_cast<size_t>(me) * op.count * elem;
+    kernels::reduce(op.recv, srcs.data(), n, op.count, op.type, op.op, avgDivisor(op, n));
+    ctx.syncAll();  // nobody reads this rank's input any more
+    return;
+  }
+  transport::ShmGroup& shm = *ctx.shm();
+  const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },

@@ -9,10 +9,21 @@ namespace chorus::algo {
 
 namespace {
 
+// AllReduce on one host: up to this size one synchronisation beats reading each byte once.
+constexpr size_t kOneShotMaxBytes = 16384;
+// ... and up to this size the low-latency lines beat staging (one cache-line transfer per line).
+constexpr size_t kLowLatencyMaxBytes = 1024;
+
 // One line per algorithm. Order within a collective does not matter; select() decides.
 constexpr Algorithm kRegistry[] = {
     {OpKind::AllReduce, "direct",
      "each rank reduces its slice straight from every peer's shared staging area", true, allReduceDirect},
+    {OpKind::AllReduce, "oneshot",
+     "every rank reduces the whole message from all staging areas: one synchronisation per chunk", true,
+     allReduceOneShot},
+    {OpKind::AllReduce, "ll",
+     "low latency: data and flag share each cache line; every rank reduces the whole message", true,
+     allReduceLowLatency},
     {OpKind::AllReduce, "ring", "pipelined ring: reduce-scatter then all-gather over point-to-point pipes",
      false, allReduceRing},
     {OpKind::AllReduce, "rd", "recursive doubling (log2 n exchanges of the whole message)", false,
@@ -139,7 +150,10 @@ const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vecto
   const char* name = nullptr;
   switch (op.kind) {
     case OpKind::AllReduce:
-      name = haveShm ? "direct" : (bytes <= 16384 ? "rd" : "ring");
+      if (haveShm)
+        name = bytes <= kLowLatencyMaxBytes ? "ll" : bytes <= kOneShotMaxBytes ? "oneshot" : "direct";
+      else
+        name = bytes <= 16384 ? "rd" : "ring";
       break;
     case OpKind::ReduceScatter:
       name = haveShm ? "direct" : "ring";

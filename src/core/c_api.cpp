@@ -10,6 +10,7 @@
 #include "core/comm_impl.hpp"
 #include "core/error.hpp"
 #include "core/group.hpp"
+#include "transports/shm/shm_memory.hpp"
 
 struct chorusComm {
   std::shared_ptr<chorus::CommImpl> impl;  // null once destroyed (the handle stays as a tombstone)
@@ -99,6 +100,18 @@ chorusResult_t chorusGetVersion(int* version) {
     if (!version) failInvalid("chorusGetVersion: version is NULL");
     *version = CHORUS_VERSION_CODE;
   });
+}
+
+chorusResult_t chorusMemAlloc(void** ptr, size_t size) {
+  return guarded(nullptr, [&] {
+    if (!ptr) failInvalid("chorusMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    *ptr = chorus::transport::sharedAlloc(size);
+  });
+}
+
+chorusResult_t chorusMemFree(void* ptr) {
+  return guarded(nullptr, [&] { chorus::transport::sharedFree(ptr); });
 }
 
 const char* chorusGetErrorString(chorusResult_t result) {

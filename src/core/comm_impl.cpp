@@ -203,28 +203,45 @@ void CommImpl::workerLoop() {
   }
 }
 
+void CommImpl::runBlocking(const Op& op) {
+  std::unique_lock lk(qmu_);
+  const uint64_t ticket = nextTicket_++;
+  if (serving_ != ticket) qcv_.wait(lk, [&] { return serving_ == ticket; });
+  lk.unlock();
+  auto [code, message] = runOps(std::span<const Op>(&op, 1));
+  lk.lock();
+  ++serving_;
+  qcv_.notify_all();
+  lk.unlock();
+  if (code != chorusSuccess) throw Error(code, message);
+}
+
 void CommImpl::runTask(Task& task) {
+  auto [code, message] = runOps(task.ops);
+  task.work->complete(code, std::move(message));
+}
+
+std::pair<chorusResult_t, std::string> CommImpl::runOps(std::span<const Op> ops) {
   if (int code = failCode_.load(); code != chorusSuccess) {
     std::lock_guard lk(errMu_);
-    task.work->complete(static_cast<chorusResult_t>(code), strCat("communicator is broken: ", failMessage_));
-    return;
+    return {static_cast<chorusResult_t>(code), strCat("communicator is broken: ", failMessage_)};
   }
   try {
-    executeGroup(task.ops);
+    executeGroup(ops);
     curOp_ = nullptr;
     curP2p_ = 0;
-    task.work->complete(chorusSuccess);
+    return {chorusSuccess, {}};
   } catch (const Error& e) {
     markFailed(e.code(), e.what());
-    task.work->complete(e.code(), e.what());
+    return {e.code(), e.what()};
   } catch (const std::bad_alloc&) {
     std::string m = strCat("rank ", rank_, ": out of memory during ", opWhat());
     markFailed(chorusSystemError, m);
-    task.work->complete(chorusSystemError, m);
+    return {chorusSystemError, m};
   } catch (const std::exception& e) {
     std::string m = strCat("rank ", rank_, ": internal error during ", opWhat(), ": ", e.what());
     markFailed(chorusInternalError, m);
-    task.work->complete(chorusInternalError, m);
+    return {chorusInternalError, m};
   }
 }
 
@@ -273,8 +290,19 @@ std::string CommImpl::opWhat() const {
   return "operation";
 }
 
-void CommImpl::executeGroup(const std::vector<Op>& ops) {
+void CommImpl::executeGroup(std::span<const Op> ops) {
   opDeadline_ = engine::Clock::now() + config_.timeout;
+  if (shm_) {
+    // A peer that already failed (or aborted) fails this call too, even where the algorithm would
+    // find every message it needs already published (low-latency exchanges wait for nothing else).
+    std::string text;
+    chorusResult_t code = chorusRemoteError;
+    if (int peer = shm_->findPeerFailure(&code, &text); peer >= 0) {
+      curOp_ = ops.empty() ? nullptr : &ops.front();
+      fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
+           strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+    }
+  }
   std::vector<engine::Transfer> p2p;
   for (const Op& op : ops) {
     if (op.isPointToPoint()) {
@@ -411,6 +439,65 @@ void CommImpl::syncAll() {
         },
         [&](int r) { return shm_->syncFlag(r) < target; });
   }
+}
+
+void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
+  const uint64_t seq = ++llSeq_;
+  const int slot = static_cast<int>(seq & 1);
+  shm_->llPublish(slot, seq, mine, bytes);
+  std::byte* own = out + static_cast<size_t>(rank_) * bytes;
+  if (own != mine && bytes) std::memcpy(own, mine, bytes);
+  engine::Waiter waiter = makeWaiter();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    while (!shm_->llArrived(r, slot, seq, bytes)) {
+      waiter.idle(
+          [&] {
+            std::string missing;
+            for (int k = r; k < size_; ++k) {
+              if (k != rank_ && !shm_->llArrived(k, slot, seq, bytes))
+                missing += strCat(missing.empty() ? "" : ", ", k);
+            }
+            return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
+          },
+          [&](int k) { return k >= r && k != rank_ && !shm_->llArrived(k, slot, seq, bytes); });
+    }
+    shm_->llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes);
+  }
+}
+
+bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                               std::vector<PeerBuffers>& peers) {
+  if (!zeroCopyEnabled()) return false;
+  const uint64_t seq = ++bufferSeq_;
+  transport::SharedBufferRef s, r;
+  if (sendBytes) s = transport::findShared(send, sendBytes);
+  if (recvBytes) r = transport::findShared(recv, recvBytes);
+  shm_->publishBuffers(seq, s, r, (!sendBytes || s.valid()) && (!recvBytes || r.valid()));
+  syncAll();
+  std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(size_)), recvs(sends.size());
+  for (int k = 0; k < size_; ++k) {
+    bool usable = false;
+    if (!shm_->buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable)) {
+      fail(chorusInternalError, strCat("rank ", rank_, ": ", opWhat(), ": rank ", k,
+                                       " published another buffer exchange than #", seq));
+    }
+    if (!usable) return false;
+  }
+  peers.assign(static_cast<size_t>(size_), PeerBuffers{});
+  for (int k = 0; k < size_; ++k) {
+    PeerBuffers& p = peers[static_cast<size_t>(k)];
+    if (k == rank_) {
+      p.send = static_cast<const std::byte*>(send);
+      p.recv = static_cast<std::byte*>(recv);
+      continue;
+    }
+    const auto& sk = sends[static_cast<size_t>(k)];
+    const auto& rk = recvs[static_cast<size_t>(k)];
+    if (sk.valid()) p.send = peerMappings_.map(sk, k);
+    if (rk.valid()) p.recv = peerMappings_.map(rk, k);
+  }
+  return true;
 }
 
 std::byte* CommImpl::scratch(size_t bytes, int slot) {

@@ -13,9 +13,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -48,6 +50,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// Runs `ops` as one group (collectives in order, then all point-to-point transfers together).
   /// Blocking when !async: returns completed state. Never throws: errors are in the state.
   std::shared_ptr<WorkState> submit(std::vector<Op> ops, bool async);
+  /// The blocking form of submit() for one operation, without a WorkState: waits for its turn,
+  /// runs the operation on this thread and throws chorus::Error if it failed.
+  void runBlocking(const Op& op);
 
   std::shared_ptr<CommImpl> split(int color, int key);
 
@@ -66,6 +71,10 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::byte* scratch(size_t bytes, int slot = 0) override;
   void run(std::span<engine::Transfer> transfers) override;
   void syncAll() override;
+  void llGather(const void* mine, size_t bytes, std::byte* out) override;
+  bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                       std::vector<PeerBuffers>& peers) override;
+  bool zeroCopyEnabled() const override { return zeroCopy_ && shm_ != nullptr; }
   int nextStageHalf() override { return stageHalf_ ^= 1; }
   uint16_t tag() const override { return tag_; }
 
@@ -87,7 +96,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
     std::shared_ptr<WorkState> work;
   };
   void runTask(Task& task);
-  void executeGroup(const std::vector<Op>& ops);
+  /// Runs ops (their turn has come); a failure marks the communicator broken and is returned.
+  std::pair<chorusResult_t, std::string> runOps(std::span<const Op> ops);
+  void executeGroup(std::span<const Op> ops);
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
   void checkCallsMatch(const Op& op);
@@ -111,10 +122,14 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   uint64_t splitSeq_ = 0;
   uint64_t syncCounter_ = 0;
   int stageHalf_ = 1;
+  uint64_t llSeq_ = 0;
+  uint64_t bufferSeq_ = 0;
   uint16_t tag_ = 0;
   engine::Clock::time_point opDeadline_{};
   // What is running now, for error messages (text built only when needed).
   const Op* curOp_ = nullptr;
+  bool zeroCopy_ = true;                  // rank 0's CHORUS_ZERO_COPY
+  transport::PeerMappings peerMappings_;  // peers' chorusMemAlloc buffers mapped here
   const char* curAlgo_ = nullptr;
   size_t curP2p_ = 0;
   std::string opWhat() const;

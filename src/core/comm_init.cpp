@@ -79,7 +79,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   if (rank_ == 0) {
     id = randomHex(12);
     store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_,
-                                       " ", config_.checkCalls ? 1 : 0));
+                                       " ", config_.checkCalls ? 1 : 0, " ", envConfig().zeroCopy ? 1 : 0));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
@@ -87,8 +87,9 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.
     char idBuf[64] = {0};
     unsigned long long stage = 0, fifo = 0;
-    int n = 0, check = 0;
-    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d", idBuf, &stage, &fifo, &n, &check) != 5) {
+    int n = 0, check = 0, zeroCopy = 0;
+    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d %d", idBuf, &stage, &fifo, &n, &check, &zeroCopy) !=
+        6) {
       fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
     }
     if (n != size_) {
@@ -99,6 +100,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     config_.shmStageBytes = stage;
     config_.shmFifoBytes = fifo;
     config_.checkCalls = check != 0;
+    zeroCopy_ = zeroCopy != 0;
   }
   hosts_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {

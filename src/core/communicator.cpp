@@ -4,6 +4,7 @@
 #include "core/comm_impl.hpp"
 #include "core/error.hpp"
 #include "core/group.hpp"
+#include "transports/shm/shm_memory.hpp"
 
 namespace chorus {
 
@@ -61,7 +62,7 @@ void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
     return;
   }
   c.checkUsable();
-  c.submit({std::move(op)}, false)->rethrow();
+  c.runBlocking(op);
 }
 
 Work api::runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
@@ -158,6 +159,9 @@ void Communicator::checkSpan(size_t expected, size_t got, const char* call) {
   if (expected != got)
     failInvalid(call, ": span sizes disagree (expected ", expected, " elements, got ", got, ")");
 }
+
+void* memAlloc(size_t bytes) { return transport::sharedAlloc(bytes); }
+void memFree(void* ptr) { transport::sharedFree(ptr); }
 
 void groupStart() { group::start(); }
 void groupEnd() { group::end(); }

@@ -114,6 +114,14 @@ EnvConfig readEnv() {
       c.ntStoreBytes = *b;
     }
   }
+  // CHORUS_ZERO_COPY: 0 turns off reading peers' chorusMemAlloc buffers in place (default 1).
+  if (const char* v = std::getenv("CHORUS_ZERO_COPY")) {
+    std::string s = v;
+    if (s == "0")
+      c.zeroCopy = false;
+    else if (s != "1")
+      note(strCat("CHORUS_ZERO_COPY='", v, "' must be 0 or 1"));
+  }
   // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
   if (const char* v = std::getenv("CHORUS_CHECK")) {
     std::string s = v;

@@ -21,6 +21,8 @@ struct EnvConfig {
   bool checkCalls = false;
   /// Collectives whose output per rank is at least this many bytes write it with non-temporal stores.
   size_t ntStoreBytes = size_t{16} << 20;
+  /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
+  bool zeroCopy = true;
   /// First problem found while parsing (empty if none); reported when a communicator is created.
   std::string parseError;
 };

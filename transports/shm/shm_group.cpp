@@ -11,7 +11,7 @@ namespace chorus::transport {
 
 namespace {
 constexpr uint64_t kMagic = 0x43484f5255534d31ull;  // "CHORUSM1"
-constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kHeaderBytes = 4096 + 2 * ShmGroup::kLlLines * 64;
 constexpr size_t kFailTextBytes = 1024;
 }  // namespace
 
@@ -25,6 +25,17 @@ struct ShmGroup::Header {
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
   char failText[kFailTextBytes];
   CallFingerprint calls[2];
+  struct alignas(64) LlLine {
+    std::byte payload[kLlLinePayload];
+    std::atomic<uint64_t> seq;
+  };
+  static_assert(sizeof(LlLine) == 64);
+  LlLine ll[2][kLlLines];
+  struct BufferSlot {
+    uint64_t seq;
+    SharedBufferRef send, recv;
+    bool usable;
+  } buffers[2];
 };
 
 ShmGroup::Header* ShmGroup::header(int r) const {
@@ -107,6 +118,53 @@ void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
 void ShmGroup::publishFingerprint(const CallFingerprint& f) { header(rank_)->calls[f.seq & 1] = f; }
 
 CallFingerprint ShmGroup::fingerprint(int r, uint64_t seq) const { return header(r)->calls[seq & 1]; }
+
+void ShmGroup::llPublish(int slot, uint64_t seq, const void* data, size_t bytes) {
+  Header::LlLine* lines = header(rank_)->ll[slot & 1];
+  const auto* src = static_cast<const std::byte*>(data);
+  for (size_t i = 0; bytes > 0 || i == 0; ++i) {
+    const size_t n = std::min(bytes, kLlLinePayload);
+    std::memcpy(lines[i].payload, src, n);
+    lines[i].seq.store(seq, std::memory_order_release);
+    src += n;
+    bytes -= n;
+  }
+}
+
+bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
+  const Header::LlLine* lines = header(r)->ll[slot & 1];
+  const size_t count = bytes ? (bytes + kLlLinePayload - 1) / kLlLinePayload : 1;
+  for (size_t i = 0; i < count; ++i) {
+    if (lines[i].seq.load(std::memory_order_acquire) != seq) return false;
+  }
+  return true;
+}
+
+void ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
+  const Header::LlLine* lines = header(r)->ll[slot & 1];
+  auto* dst = static_cast<std::byte*>(out);
+  for (size_t i = 0; bytes > 0; ++i) {
+    const size_t n = std::min(bytes, kLlLinePayload);
+    std::memcpy(dst, lines[i].payload, n);
+    dst += n;
+    bytes -= n;
+  }
+}
+
+void ShmGroup::publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv,
+                              bool usable) {
+  header(rank_)->buffers[seq & 1] = Header::BufferSlot{seq, send, recv, usable};
+}
+
+bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv,
+                       bool* usable) const {
+  const Header::BufferSlot& b = header(r)->buffers[seq & 1];
+  if (b.seq != seq) return false;
+  *send = b.send;
+  *recv = b.recv;
+  *usable = b.usable;
+  return true;
+}
 
 int ShmGroup::findPeerFailure(chorusResult_t* code, std::string* text) const {
   for (int r = 0; r < nranks_; ++r) {

@@ -3,6 +3,8 @@
 // Every rank owns one segment, named after the communicator's random id and the rank, so two
 // communicators never share a flag or a buffer. A segment holds:
 //   - a header: the rank's sync counter (direct algorithms), and its failure notice;
+//   - two slots of low-latency lines: small payloads sent with a sequence number in the same
+//     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
 //   - the staging area for direct algorithms, in two halves used alternately.
 // Segments are created and reserved, announced through the store, mapped by every peer, then
@@ -20,6 +22,7 @@
 #include "chorus/chorus.h"
 #include "chorus/store.hpp"
 #include "transports/shm/shm_channel.hpp"
+#include "transports/shm/shm_memory.hpp"
 #include "transports/shm/shm_segment.hpp"
 
 namespace chorus::transport {
@@ -74,6 +77,26 @@ class ShmGroup {
   /// by seq parity: a rank can only reach call seq+2 after every rank compared call seq.
   void publishFingerprint(const CallFingerprint& f);
   CallFingerprint fingerprint(int r, uint64_t seq) const;
+
+  /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line, in two
+  /// slots per rank used alternately (a rank can only write slot s again after every rank has
+  /// read it: it must first have read every rank's next message, in the other slot).
+  static constexpr size_t kLlLinePayload = 56;
+  static constexpr size_t kLlLines = 64;
+  static constexpr size_t kLlBytes = kLlLinePayload * kLlLines;  // payload capacity of a slot
+  /// Writes `bytes` (<= kLlBytes) into this rank's slot, each line tagged with `seq` (> 0).
+  void llPublish(int slot, uint64_t seq, const void* data, size_t bytes);
+  /// Whether rank r's slot holds all lines of message `seq` of `bytes` bytes (acquire).
+  bool llArrived(int r, int slot, uint64_t seq, size_t bytes) const;
+  /// Copies the payload of rank r's slot (call after llArrived returned true).
+  void llCopy(int r, int slot, void* out, size_t bytes) const;
+
+  /// Publishes where this rank's buffers of exchange `seq` live (visible after the next
+  /// setSyncFlag). Two slots by seq parity, as for fingerprints: exchanges are synchronisations.
+  /// `usable`: every buffer this rank needs is in shared memory.
+  void publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv, bool usable);
+  /// Rank r's buffers of exchange `seq` (false if r published another exchange there).
+  bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable) const;
 
   /// Bytes of shared memory this rank created (its own segment).
   size_t ownBytes() const { return segmentBytes_; }
