@@ -1,6 +1,7 @@
-// AllReduce, direct: on one host every rank stages its chunk in shared memory, reduces one slice of
-// it straight from all peers' staging areas, and copies every reduced slice out.
-// Per chunk: 2 synchronisations; each byte is read n+1 times in total across ranks, written twice.
+// AllReduce, direct: on one host every rank stages the slices of its chunk that its peers reduce,
+// reduces its own slice from its input and all peers' staging areas into its staging area, and
+// copies every reduced slice out. Per chunk: 2 synchronisations; per rank, (n-1)/n of the chunk
+// copied in, n/n reduced from n sources, the whole chunk copied out.
 #include "algorithms/common.hpp"
 
 namespace chorus::algo {
@@ -47,13 +48,19 @@ void allReduceDirect(Context& ctx, const Op& op) {
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
-        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+        // Peers need every slice of this chunk but this rank's own, which it reduces from its input.
+        Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
+        const size_t so = slices.offset(static_cast<size_t>(me)),
+                     end = so + slices.length(static_cast<size_t>(me));
+        kernels::copy(shm.stage(me, h), at(op.send, off, elem), so * elem);
+        kernels::copy(shm.stage(me, h) + end * elem, at(op.send, off + end, elem), (ce - end) * elem);
       },
       [&](size_t off, size_t ce, int h) {
         Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
         const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
         if (sn) {
           for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + so * elem;
+          srcs[static_cast<size_t>(me)] = at(op.send, off + so, elem);
           kernels::reduce(shm.stage(me, h) + so * elem, srcs.data(), n, sn, op.type, op.op,
                           avgDivisor(op, n));
         }

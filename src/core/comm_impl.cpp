@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -232,17 +234,52 @@ std::pair<chorusResult_t, std::string> CommImpl::runOps(std::span<const Op> ops)
     curP2p_ = 0;
     return {chorusSuccess, {}};
   } catch (const Error& e) {
-    markFailed(e.code(), e.what());
-    return {e.code(), e.what()};
+    return failOperation(e.code(), e.what());
   } catch (const std::bad_alloc&) {
-    std::string m = strCat("rank ", rank_, ": out of memory during ", opWhat());
-    markFailed(chorusSystemError, m);
-    return {chorusSystemError, m};
+    return failOperation(chorusSystemError, strCat("rank ", rank_, ": out of memory during ", opWhat()));
   } catch (const std::exception& e) {
-    std::string m = strCat("rank ", rank_, ": internal error during ", opWhat(), ": ", e.what());
-    markFailed(chorusInternalError, m);
-    return {chorusInternalError, m};
+    return failOperation(chorusInternalError,
+                         strCat("rank ", rank_, ": internal error during ", opWhat(), ": ", e.what()));
   }
+}
+
+std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t code, std::string message) {
+  flight_.end(code);
+  if (code == chorusTimeout && shm_) message += strCat("; where each rank is: ", progressReport());
+  markFailed(code, message);
+  if (const std::string& path = envConfig().flightRecorderPath; !path.empty()) {
+    // One file per rank and communicator: <path>.<comm id>.<rank>.
+    std::string file = strCat(path, ".", commId_, ".", rank_);
+    if (FILE* f = std::fopen(file.c_str(), "w")) {
+      std::fprintf(f, "# chorus flight recorder: rank %d of %d, pid %d, communicator %s\n# failed: %s\n",
+                   rank_, size_, static_cast<int>(getpid()), commId_.c_str(), message.c_str());
+      if (shm_) std::fprintf(f, "# where each rank is: %s\n", progressReport().c_str());
+      std::fprintf(f, "# the last %zu operations of this rank, oldest first:\n%s", flight_.size(),
+                   flight_.format().c_str());
+      std::fclose(f);
+      message += strCat(" (flight recorder written to ", file, ")");
+    } else {
+      message += strCat(" (cannot write the flight recorder to ", file, ": ", std::strerror(errno), ")");
+    }
+    std::lock_guard lk(errMu_);
+    lastError_ = message;
+  }
+  return {code, std::move(message)};
+}
+
+std::string CommImpl::progressReport() const {
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    int kind = 0;
+    const uint64_t p = shm_->progress(r, &kind);
+    const uint64_t seq = p >> 1;
+    const char* name = opKindName(static_cast<OpKind>(kind));
+    out += strCat(r ? ", " : "", "rank ", r, " ",
+                  seq == 0  ? std::string("has run no collective")
+                  : (p & 1) ? strCat("finished ", name, " #", seq)
+                            : strCat("in ", name, " #", seq));
+  }
+  return out;
 }
 
 void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
@@ -291,7 +328,8 @@ std::string CommImpl::opWhat() const {
 }
 
 void CommImpl::executeGroup(std::span<const Op> ops) {
-  opDeadline_ = engine::Clock::now() + config_.timeout;
+  opStart_ = engine::Clock::now();
+  opDeadline_ = opStart_ + config_.timeout;
   if (shm_) {
     // A peer that already failed (or aborted) fails this call too, even where the algorithm would
     // find every message it needs already published (low-latency exchanges wait for nothing else).
@@ -319,7 +357,12 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
     curOp_ = nullptr;
     curP2p_ = p2p.size();
     tag_ = kPointToPointTag;
+    if (FlightEntry* e = flight_.begin(opStart_)) {
+      e->kind = OpKind::Send;
+      e->count = p2p.size();
+    }
     run(p2p);
+    flight_.end(chorusSuccess);
   }
 }
 
@@ -369,8 +412,14 @@ void CommImpl::executeCollective(const Op& op) {
   }
   curOp_ = &op;
   curAlgo_ = algorithm->name;
+  if (FlightEntry* e = flight_.begin(opStart_)) {
+    *e = FlightEntry{collSeq_, op.kind, op.count, op.type, op.op, op.root, algorithm->name, opStart_};
+  }
+  if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), false);
   if (config_.checkCalls && shm_) checkCallsMatch(op);
   algorithm->run(*this, op);
+  flight_.end(chorusSuccess);
+  if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), true);
 }
 
 // Check mode: every rank publishes what it is about to call, all synchronise, and each compares.

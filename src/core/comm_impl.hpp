@@ -23,6 +23,8 @@
 #include "algorithms/algorithm.hpp"
 #include "bootstrap/host_identity.hpp"
 #include "chorus/chorus.hpp"
+#include "core/config.hpp"
+#include "core/flight_recorder.hpp"
 #include "core/op.hpp"
 #include "core/work_state.hpp"
 #include "engine/transfer.hpp"
@@ -98,6 +100,11 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void runTask(Task& task);
   /// Runs ops (their turn has come); a failure marks the communicator broken and is returned.
   std::pair<chorusResult_t, std::string> runOps(std::span<const Op> ops);
+  /// Ends the current operation with an error: flight recorder, progress report on a timeout,
+  /// broken state published to the peers. Returns what the caller reports.
+  std::pair<chorusResult_t, std::string> failOperation(chorusResult_t code, std::string message);
+  /// Where every rank is, from the progress each publishes in shared memory.
+  std::string progressReport() const;
   void executeGroup(std::span<const Op> ops);
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
@@ -125,10 +132,13 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   uint64_t llSeq_ = 0;
   uint64_t bufferSeq_ = 0;
   uint16_t tag_ = 0;
+  engine::Clock::time_point opStart_{};  // when the running group of operations began
   engine::Clock::time_point opDeadline_{};
   // What is running now, for error messages (text built only when needed).
   const Op* curOp_ = nullptr;
-  bool zeroCopy_ = true;                  // rank 0's CHORUS_ZERO_COPY
+  bool zeroCopy_ = true;  // rank 0's CHORUS_ZERO_COPY
+  std::string commId_;    // random id made by rank 0 (names shm segments, flight recorder files)
+  FlightRecorder flight_{envConfig().flightRecorderEntries};
   transport::PeerMappings peerMappings_;  // peers' chorusMemAlloc buffers mapped here
   const char* curAlgo_ = nullptr;
   size_t curP2p_ = 0;

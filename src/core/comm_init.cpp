@@ -121,6 +121,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   if (size_ > 1) {
     transport::ShmGroupOptions options;
     options.jobTag = id;
+    commId_ = id;
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;

@@ -122,6 +122,19 @@ EnvConfig readEnv() {
     else if (s != "1")
       note(strCat("CHORUS_ZERO_COPY='", v, "' must be 0 or 1"));
   }
+  // CHORUS_FLIGHT_RECORDER: when an operation fails, write the last operations of the communicator
+  // to <value>.<communicator id>.<rank> (default: not written; they are always kept).
+  if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER")) c.flightRecorderPath = v;
+  // CHORUS_FLIGHT_RECORDER_ENTRIES: operations kept per communicator (default 256, 0 = none).
+  if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER_ENTRIES")) {
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(v, &end, 10);
+    if (!*v || *end || n > 1'000'000) {
+      note(strCat("CHORUS_FLIGHT_RECORDER_ENTRIES='", v, "' must be a number from 0 to 1000000"));
+    } else {
+      c.flightRecorderEntries = static_cast<size_t>(n);
+    }
+  }
   // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
   if (const char* v = std::getenv("CHORUS_CHECK")) {
     std::string s = v;

@@ -23,6 +23,9 @@ struct EnvConfig {
   size_t ntStoreBytes = size_t{16} << 20;
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
+  /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
+  size_t flightRecorderEntries = 256;
+  std::string flightRecorderPath;
   /// First problem found while parsing (empty if none); reported when a communicator is created.
   std::string parseError;
 };

@@ -7,6 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -476,4 +480,78 @@ TEST_F(Fault, CheckMode_MatchingCallsSucceed) {
     if (buf[999] != 6.0f) throw Error(chorusInternalError, "wrong result");
   });
   for (const Outcome& o : outcomes) EXPECT_FALSE(o.threw) << o.message;
+}
+
+// A rank that stops calling: the timeout says where every rank is (from the progress published in
+// shared memory), and CHORUS_FLIGHT_RECORDER gets each waiting rank's last operations written out,
+// ending with the one that failed. Runs in a child process: the environment is read once per process.
+TEST(FlightRecorder, Timeout_ReportsWhereEachRankIsAndWritesTheRecorder) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The death-test child runs this body again: it must find the directory the parent made.
+  std::string dir;
+  if (const char* inherited = std::getenv("CHORUS_TEST_FLIGHT_DIR")) {
+    dir = inherited;
+  } else {
+    char made[] = "/tmp/chorus-flight-XXXXXX";
+    ASSERT_NE(mkdtemp(made), nullptr);
+    dir = made;
+    setenv("CHORUS_TEST_FLIGHT_DIR", made, 1);
+  }
+  const std::string prefix = dir + "/fr";
+  EXPECT_EXIT(
+      {
+        setenv("CHORUS_FLIGHT_RECORDER", prefix.c_str(), 1);
+        Config config;
+        config.timeout = 1500ms;
+        auto comms = Communicator::createLocal(3, config);
+        std::string messages[2];
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 3; ++r) {
+          threads.emplace_back([&, r] {
+            std::vector<float> buf(1000, 1.0f);
+            for (int i = 0; i < 3; ++i)
+              comms[r].allReduce(buf.data(), buf.data(), 1000, DataType::Float32, ReduceOp::Sum);
+            comms[r].broadcast(buf.data(), buf.data(), 1000, DataType::Float32, 1);
+            if (r == 2) return;  // rank 2 never calls the next allreduce
+            try {
+              comms[r].allReduce(buf.data(), buf.data(), 1000, DataType::Float32, ReduceOp::Max);
+            } catch (const Error& e) {
+              messages[r] = e.what();
+            }
+          });
+        }
+        for (auto& t : threads) t.join();
+        for (const std::string& m : messages) std::fprintf(stderr, "MESSAGE %s\n", m.c_str());
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0),
+      // Both waiting ranks: timed out in allreduce #5, rank 2 seen finished with broadcast #4.
+      "MESSAGE rank 0: allreduce #5.*where each rank is: .*rank 2 finished broadcast #4.*flight recorder "
+      "written to[^\n]*\nMESSAGE rank 1: allreduce #5.*rank 2 finished broadcast #4");
+  // Each waiting rank's file: the header, then 5 operations, the last one failed.
+  int files = 0;
+  for (int r = 0; r < 3; ++r) {
+    std::string found;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() > 2 && name.compare(name.size() - 2, 2, "." + std::to_string(r)) == 0)
+        found = entry.path();
+    }
+    if (r == 2) {
+      EXPECT_TRUE(found.empty()) << "rank 2 did not fail, yet wrote " << found;
+      continue;
+    }
+    ASSERT_FALSE(found.empty()) << "no flight recorder file for rank " << r;
+    ++files;
+    std::ifstream in(found);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(contains(text, "rank " + std::to_string(r) + " of 3")) << text;
+    EXPECT_TRUE(contains(text, "allreduce #3 count 1000 float32 sum [")) << text;
+    EXPECT_TRUE(contains(text, "broadcast #4 count 1000 float32 root 1")) << text;
+    EXPECT_TRUE(contains(text, "allreduce #5 count 1000 float32 max")) << text;
+    EXPECT_TRUE(contains(text, "FAILED (code 8)")) << text;
+  }
+  EXPECT_EQ(files, 2);
+  std::filesystem::remove_all(dir);
+  unsetenv("CHORUS_TEST_FLIGHT_DIR");
 }

@@ -22,6 +22,8 @@ struct ShmGroup::Header {
   uint64_t fifoBytes;
   uint64_t stageBytes;
   alignas(64) std::atomic<uint64_t> syncFlag;
+  alignas(64) std::atomic<uint64_t> progress;  // written per collective; read on timeouts only
+  std::atomic<int32_t> progressKind;
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
   char failText[kFailTextBytes];
   CallFingerprint calls[2];
@@ -104,6 +106,19 @@ void ShmGroup::setSyncFlag(uint64_t value) {
 }
 
 uint64_t ShmGroup::syncFlag(int r) const { return header(r)->syncFlag.load(std::memory_order_acquire); }
+
+void ShmGroup::publishProgress(uint64_t seq, int kind, bool done) {
+  Header* h = header(rank_);
+  h->progressKind.store(kind, std::memory_order_relaxed);
+  h->progress.store(seq * 2 + (done ? 1 : 0), std::memory_order_release);
+}
+
+uint64_t ShmGroup::progress(int r, int* kind) const {
+  const Header* h = header(r);
+  const uint64_t p = h->progress.load(std::memory_order_acquire);
+  *kind = h->progressKind.load(std::memory_order_relaxed);
+  return p;
+}
 
 void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
   Header* h = header(rank_);

@@ -68,6 +68,12 @@ class ShmGroup {
   /// Reads rank r's sync counter (acquire).
   uint64_t syncFlag(int r) const;
 
+  /// Publishes which collective this rank is in (`done` false) or has finished (true). Peers read
+  /// it only to report where every rank is when something times out.
+  void publishProgress(uint64_t seq, int kind, bool done);
+  /// Rank r's progress: seq * 2 + done, and the kind of that collective.
+  uint64_t progress(int r, int* kind) const;
+
   /// Tells the peers this rank failed (first call wins); they report `text` naming this rank.
   void publishFailure(chorusResult_t code, const std::string& text);
   /// A peer that published a failure: its rank (and code and text), or -1.

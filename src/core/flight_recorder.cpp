@@ -1,0 +1,71 @@
+#include "core/flight_recorder.hpp"
+
+#include <ctime>
+
+#include "core/util.hpp"
+
+namespace chorus {
+
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+
+FlightEntry* FlightRecorder::begin(std::chrono::steady_clock::time_point now) {
+  if (ring_.empty()) return nullptr;
+  FlightEntry* e = &ring_[next_];
+  *e = FlightEntry{};
+  e->start = now;
+  next_ = (next_ + 1) % ring_.size();
+  if (filled_ < ring_.size()) ++filled_;
+  open_ = e;
+  return e;
+}
+
+void FlightRecorder::end(chorusResult_t status) {
+  if (!open_) return;
+  open_->status = status;
+  open_->took = std::chrono::steady_clock::now() - open_->start;
+  open_ = nullptr;
+}
+
+std::string FlightRecorder::format() const {
+  // Steady times become wall-clock times (as of now) so that files of several ranks line up.
+  const auto toWall = std::chrono::system_clock::now().time_since_epoch() -
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                          std::chrono::steady_clock::now().time_since_epoch());
+  std::string out;
+  const size_t first = (next_ + ring_.size() - filled_) % (ring_.empty() ? 1 : ring_.size());
+  for (size_t i = 0; i < filled_; ++i) {
+    out += formatFlightEntry(ring_[(first + i) % ring_.size()], toWall);
+    out += '\n';
+  }
+  return out;
+}
+
+std::string formatFlightEntry(const FlightEntry& e, std::chrono::system_clock::duration toWall) {
+  const auto wall =
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(e.start.time_since_epoch()) + toWall;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(wall).count();
+  const std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char when[48];
+  std::strftime(when, sizeof when, "%H:%M:%S", &tm);
+  std::string what =
+      e.kind == OpKind::Send || e.kind == OpKind::Recv
+          ? strCat("sends/receives (", e.count, " transfers)")
+          : strCat(opKindName(e.kind), " #", e.seq, " count ", e.count, " ", dataTypeName(e.type));
+  const bool reducing =
+      e.kind == OpKind::AllReduce || e.kind == OpKind::ReduceScatter || e.kind == OpKind::Reduce;
+  if (reducing) what += strCat(" ", reduceOpName(e.op));
+  if (e.kind == OpKind::Broadcast || e.kind == OpKind::Reduce) what += strCat(" root ", e.root);
+  if (e.algorithm) what += strCat(" [", e.algorithm, "]");
+  char frac[16];
+  std::snprintf(frac, sizeof frac, ".%06lld", static_cast<long long>(us % 1'000'000));
+  std::string status =
+      e.status == chorusInProgress
+          ? std::string("IN PROGRESS")
+          : strCat(e.status == chorusSuccess ? "ok" : "FAILED (code " + std::to_string(e.status) + ")",
+                   " in ", std::chrono::duration_cast<std::chrono::microseconds>(e.took).count(), " us");
+  return strCat(when, frac, " UTC  ", what, "  ", status);
+}
+
+}  // namespace chorus
