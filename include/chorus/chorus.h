@@ -133,6 +133,15 @@ CHORUS_API chorusResult_t chorusCommInitFromEnv(chorusComm_t* comm);
  *  then by parent rank). Collective over `comm`. color CHORUS_SPLIT_NOCOLOR gives *newcomm = NULL. */
 CHORUS_API chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm_t* newcomm);
 
+/** Forms a new communicator of the ranks of `comm` not in excludeRanks[0..excludeCount), keeping
+ *  their order (ncclCommShrink without flags). Called by every surviving rank with the same list;
+ *  works on a communicator broken by a failed or killed rank (it rendezvous through the bootstrap
+ *  store, not through the dead ranks), so survivors can go on. The store must outlive the failure
+ *  (chorusrun's, a TCP or file store, not one hosted by an excluded rank). A rank that is itself
+ *  in the list gets chorusInvalidArgument. */
+CHORUS_API chorusResult_t chorusCommShrink(chorusComm_t comm, const int* excludeRanks, int excludeCount,
+                                           chorusComm_t* newcomm);
+
 /** Frees the communicator once its pending operations are finished. Not collective. */
 CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t comm);
 

@@ -231,6 +231,10 @@ class CHORUS_API Communicator {
   /// Returns std::nullopt for color CHORUS_SPLIT_NOCOLOR.
   std::optional<Communicator> split(int color, int key);
 
+  /// The ranks not in `excludeRanks` as a new communicator, in the same order (see
+  /// chorusCommShrink). Every survivor passes the same list; works after a peer died.
+  Communicator shrink(std::span<const int> excludeRanks);
+
   /// Fails every pending and later operation on this communicator and tells the peers. Safe to call
   /// from another thread while an operation is blocked.
   void abort();

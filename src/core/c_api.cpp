@@ -201,6 +201,20 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
   });
 }
 
+chorusResult_t chorusCommShrink(chorusComm_t comm, const int* excludeRanks, int excludeCount,
+                                chorusComm_t* newcomm) {
+  return guarded(comm, [&] {
+    if (!newcomm) failInvalid("chorusCommShrink: newcomm is NULL");
+    *newcomm = nullptr;
+    if (excludeCount < 0) failInvalid("chorusCommShrink: excludeCount ", excludeCount, " is negative");
+    if (excludeCount > 0 && !excludeRanks) failInvalid("chorusCommShrink: excludeRanks is NULL");
+    auto impl = lookup(comm, "chorusCommShrink");
+    if (group::active()) fail(chorusInvalidUsage, "chorusCommShrink cannot be called inside a group");
+    auto child = impl->shrink(std::span<const int>(excludeRanks, static_cast<size_t>(excludeCount)));
+    *newcomm = newHandle(std::move(child));
+  });
+}
+
 chorusResult_t chorusCommDestroy(chorusComm_t comm) {
   return guarded(comm, [&] {
     std::shared_ptr<CommImpl> impl = lookup(comm, "chorusCommDestroy");

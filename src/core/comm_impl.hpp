@@ -57,6 +57,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void runBlocking(const Op& op);
 
   std::shared_ptr<CommImpl> split(int color, int key);
+  /// The ranks not in `exclude`, rendezvous through the store only (works when broken).
+  std::shared_ptr<CommImpl> shrink(std::span<const int> exclude);
 
   /// Fails the operation in flight and all later ones; tells the peers. Thread-safe.
   void abort();
@@ -127,6 +129,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   // Per-operation state, touched only by the thread running the current ticket.
   uint64_t collSeq_ = 0;
   uint64_t splitSeq_ = 0;
+  uint64_t shrinkSeq_ = 0;
   uint64_t syncCounter_ = 0;
   int stageHalf_ = 1;
   uint64_t llSeq_ = 0;

@@ -177,6 +177,37 @@ CommImpl::~CommImpl() {
   for (auto& s : scratch_) std::free(s.ptr);
 }
 
+std::shared_ptr<CommImpl> CommImpl::shrink(std::span<const int> exclude) {
+  std::vector<bool> excluded(static_cast<size_t>(size_), false);
+  for (int r : exclude) {
+    if (r < 0 || r >= size_)
+      failInvalid("shrink on rank ", rank_, ": rank ", r, " to exclude is not in [0, ", size_, ")");
+    if (excluded[static_cast<size_t>(r)])
+      failInvalid("shrink on rank ", rank_, ": rank ", r, " is excluded twice");
+    excluded[static_cast<size_t>(r)] = true;
+  }
+  if (excluded[static_cast<size_t>(rank_)]) {
+    failInvalid("shrink on rank ", rank_, ": this rank is in the list of ranks to exclude");
+  }
+  int newRank = 0, newSize = 0;
+  std::string list;
+  for (int r = 0; r < size_; ++r) {
+    if (excluded[static_cast<size_t>(r)]) {
+      list += strCat(list.empty() ? "" : ",", r);
+      continue;
+    }
+    if (r == rank_) newRank = newSize;
+    ++newSize;
+  }
+  // The n-th shrink of every survivor meets under one prefix; the excluded list is part of it, so
+  // survivors that disagree on it never join one communicator (they time out naming the others).
+  const uint64_t seq = shrinkSeq_++;
+  logInfo("rank ", rank_, ": shrinking a communicator of ", size_, " ranks without rank(s) ", list,
+          ": new rank ", newRank, " of ", newSize);
+  auto childStore = makePrefixStore(strCat("shrink", seq, "/without", list, "/"), store_);
+  return create(childStore, newRank, newSize, config_, keepAlive_);
+}
+
 std::shared_ptr<CommImpl> CommImpl::split(int color, int key) {
   if (color < CHORUS_SPLIT_NOCOLOR)
     failInvalid("split on rank ", rank_, ": color ", color, " must be >= 0 or CHORUS_SPLIT_NOCOLOR");

@@ -150,6 +150,12 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   return Communicator(std::move(child));
 }
 
+Communicator Communicator::shrink(std::span<const int> excludeRanks) {
+  CommImpl& c = live(impl_);
+  if (group::active()) fail(chorusInvalidUsage, "shrink cannot be called inside a group");
+  return Communicator(c.shrink(excludeRanks));
+}
+
 void Communicator::abort() { live(impl_).abort(); }
 chorusResult_t Communicator::asyncError() const { return live(impl_).asyncError(); }
 std::string Communicator::lastError() const { return live(impl_).lastError(); }

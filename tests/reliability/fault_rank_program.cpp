@@ -6,6 +6,9 @@
 //   mid-collective  every rank loops over large allreduces; the victim kills itself from another
 //                   thread ~150 ms into the loop.
 //   before-init     the victim kills itself before joining; the others try to join.
+//   shrink          as after-init; then the survivors form a communicator without the victim
+//                   (chorusCommShrink) and allreduce on it, printing a second line
+//                   shrink=<code> rank=<new rank> size=<new size> sum=<allreduce of rank+1> message=<text>
 // Rank and size come from the environment (CHORUS_RANK / CHORUS_WORLD_SIZE + a store).
 //
 // A survivor prints one line
@@ -97,7 +100,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  if (mode == "after-init") {
+  if (mode == "after-init" || mode == "shrink") {
     if (myRank == victim) raise(SIGKILL);
     std::vector<float> in(1000, 1.0f), out(1000);
     auto t0 = Clock::now();
@@ -109,6 +112,23 @@ int main(int argc, char** argv) {
       return 3;
     }
     report(r, elapsed, comm, chorusGetLastError(comm));
+    if (mode == "shrink") {
+      chorusComm_t smaller = nullptr;
+      chorusResult_t s = chorusCommShrink(comm, &victim, 1, &smaller);
+      int newRank = -1, newSize = -1;
+      float sum = -1;
+      if (s == chorusSuccess) {
+        chorusCommUserRank(smaller, &newRank);
+        chorusCommCount(smaller, &newSize);
+        float mine = static_cast<float>(myRank + 1);
+        s = chorusAllReduce(&mine, &sum, 1, chorusFloat32, chorusSum, smaller, nullptr);
+      }
+      std::printf("shrink=%d rank=%d size=%d sum=%g message=%s\n", static_cast<int>(s), newRank, newSize,
+                  static_cast<double>(sum), s == chorusSuccess ? "" : chorusGetLastError(smaller));
+      std::fflush(stdout);
+      if (smaller) chorusCommDestroy(smaller);
+      chorusCommDestroy(comm);
+    }
     return 0;
   }
 

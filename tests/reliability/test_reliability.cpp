@@ -156,6 +156,66 @@ TEST_F(Fault, KillDashNine_SurvivorsNameDeadRank) {
   expectSurvivorsNameDeadRank(procs, 5000);
 }
 
+// Rank 1 dies; the survivors get the error, then form a 2-rank communicator without it
+// (chorusCommShrink through the job's store) and an allreduce on it gives the right sum.
+TEST_F(Fault, KillDashNine_SurvivorsShrinkAndContinue) {
+  TempDir dir("fault-out");
+  auto procs = runFaultJob("shrink", "30", dir);
+  expectSurvivorsNameDeadRank(procs, 5000);
+  for (int r : {0, 2}) {
+    const Process& p = procs[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const std::string out = p.out();
+    const size_t at = out.find("shrink=");
+    ASSERT_NE(at, std::string::npos) << p.describe();
+    int code = -1, newRank = -1, newSize = -1;
+    float sum = 0;
+    ASSERT_EQ(
+        std::sscanf(out.c_str() + at, "shrink=%d rank=%d size=%d sum=%g", &code, &newRank, &newSize, &sum), 4)
+        << out;
+    EXPECT_EQ(code, chorusSuccess) << out;
+    EXPECT_EQ(newSize, 2);
+    EXPECT_EQ(newRank, r == 0 ? 0 : 1);
+    EXPECT_EQ(sum, 4.0f) << "ranks 0 and 2 contribute 1 and 3";
+  }
+}
+
+// Thread ranks: rank 2 aborts; ranks 0 and 1 see the failure, shrink without rank 2, and go on;
+// misuse of shrink is an error, not a hang.
+TEST_F(Fault, Abort_SurvivorsShrinkAndContinue) {
+  Config config;
+  config.timeout = 20s;
+  auto comms = Communicator::createLocal(3, config);
+  comms[2].abort();
+  std::vector<std::optional<Communicator>> smaller(2);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      float x = 1, y = 0;
+      try {
+        comms[r].allReduce(&x, &y, 1, DataType::Float32, ReduceOp::Sum);
+      } catch (const Error&) {
+        ++failures;
+      }
+      const int exclude[] = {2};
+      smaller[r] = comms[r].shrink(exclude);
+      std::vector<float> buf(100'000, static_cast<float>(r + 1));
+      smaller[r]->allReduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+      if (buf.front() != 3.0f || buf.back() != 3.0f) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 2) << "both survivors' first call should fail, and the shrunk allreduce succeed";
+  ASSERT_TRUE(smaller[0] && smaller[1]);
+  EXPECT_EQ(smaller[0]->size(), 2);
+  EXPECT_EQ(smaller[1]->rank(), 1);
+  const int self[] = {0};
+  EXPECT_THROW(comms[0].shrink(self), Error);
+  const int bad[] = {7};
+  EXPECT_THROW(comms[0].shrink(bad), Error);
+}
+
 // Rank 1 dies in the middle of a stream of 4 MiB allreduces and broadcasts (data in flight).
 TEST_F(Fault, KillDashNineMidCollective_SurvivorsNameDeadRank) {
   TempDir dir("fault-out");
