@@ -118,7 +118,7 @@ struct CHORUS_API Config {
   /// Algorithm override in the grammar `coll[:lo-hi]:algo[,...]` (CHORUS_ALGO), e.g.
   /// "allreduce:0-4k:rd,allreduce:ring". Empty: the built-in choice.
   std::string algo;
-  /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default 4 MiB).
+  /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default 1 MiB).
   size_t shmStageBytes = 0;
   /// Bytes of each shared-memory point-to-point FIFO (CHORUS_SHM_FIFO_BYTES; default 1 MiB).
   size_t shmFifoBytes = 0;

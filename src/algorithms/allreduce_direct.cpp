@@ -43,7 +43,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
   if (tryZeroCopy(ctx, bytes, op.send, bytes, op.recv, bytes, peers)) return allReduceShared(ctx, op, peers);
   transport::ShmGroup& shm = *ctx.shm();
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  const kernels::Store store = outputStore(bytes);
+  const kernels::Store store = outputStore(bytes, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,

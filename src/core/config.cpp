@@ -86,7 +86,7 @@ EnvConfig readEnv() {
   }
   // CHORUS_ALGO: algorithm overrides, grammar in algorithms/selection.cpp (default empty).
   if (const char* v = std::getenv("CHORUS_ALGO")) c.algo = v;
-  // CHORUS_SHM_STAGE_BYTES: per-rank shared staging area for direct algorithms (default 4M, min 64K).
+  // CHORUS_SHM_STAGE_BYTES: per-rank shared staging area for direct algorithms (default 1M, min 64K).
   if (const char* v = std::getenv("CHORUS_SHM_STAGE_BYTES")) {
     auto b = parseByteSize(v);
     if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30)) {
@@ -105,7 +105,7 @@ EnvConfig readEnv() {
     }
   }
   // CHORUS_NT_STORE_BYTES: outputs of at least this many bytes per rank bypass the cache when the
-  // direct algorithms write them (default 16M; "inf" never).
+  // direct algorithms write them (default 4M; "inf" never).
   if (const char* v = std::getenv("CHORUS_NT_STORE_BYTES")) {
     auto b = parseByteSize(v);
     if (!b) {

@@ -16,11 +16,11 @@ struct EnvConfig {
   LogLevel logLevel = LogLevel::Warn;
   std::chrono::milliseconds timeout{300'000};
   std::string algo;
-  size_t shmStageBytes = size_t{4} << 20;
+  size_t shmStageBytes = size_t{1} << 20;
   size_t shmFifoBytes = size_t{1} << 20;
   bool checkCalls = false;
   /// Collectives whose output per rank is at least this many bytes write it with non-temporal stores.
-  size_t ntStoreBytes = size_t{16} << 20;
+  size_t ntStoreBytes = size_t{4} << 20;
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.

@@ -1,0 +1,152 @@
+// Bandwidth kernels (see kernels.hpp). CMakeLists.txt compiles this file with
+// -fno-tree-loop-distribute-patterns (GCC) or -fno-builtin (Clang) so that copyLoop stays a loop.
+#include "kernels.hpp"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CHORUS_MEMBW_X86 1
+#endif
+
+namespace chorus_membw {
+namespace {
+
+// noinline: each call is one pass over memory the caller owns, so no pass can be merged with the
+// next or dropped; the stores go to memory the compiler cannot see the end of.
+__attribute__((noinline)) void copyLoop(double* __restrict c, const double* __restrict a, size_t n) {
+  for (size_t i = 0; i < n; ++i) c[i] = a[i];
+}
+
+__attribute__((noinline)) void scaleLoop(double* __restrict b, const double* __restrict c, size_t n,
+                                         double s) {
+  for (size_t i = 0; i < n; ++i) b[i] = s * c[i];
+}
+
+__attribute__((noinline)) void addLoop(double* __restrict c, const double* __restrict a,
+                                       const double* __restrict b, size_t n) {
+  for (size_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
+}
+
+__attribute__((noinline)) void triadLoop(double* __restrict a, const double* __restrict b,
+                                         const double* __restrict c, size_t n, double s) {
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+}
+
+__attribute__((noinline)) void memcpyPass(double* c, const double* a, size_t n) {
+  std::memcpy(c, a, n * sizeof(double));
+}
+
+#ifdef CHORUS_MEMBW_X86
+// Copies with non-temporal stores: the destination lines are written straight to memory without
+// being read first (no write-allocate) and without filling the caches.
+__attribute__((target("avx2"), noinline)) void ntCopyAvx2(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  size_t head = (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32;
+  if (head > bytes) head = bytes;
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i x3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), x0);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), x1);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), x2);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), x3);
+  }
+  for (; i + 32 <= bytes; i += 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+  }
+  _mm_sfence();  // orders the weakly-ordered streaming stores before what follows
+  std::memcpy(d + i, s + i, bytes - i);
+}
+#endif
+
+}  // namespace
+
+const char* kernelName(Kernel k) {
+  switch (k) {
+    case Kernel::Copy:
+      return "copy";
+    case Kernel::Scale:
+      return "scale";
+    case Kernel::Add:
+      return "add";
+    case Kernel::Triad:
+      return "triad";
+    case Kernel::Memcpy:
+      return "memcpy";
+    case Kernel::NtMemcpy:
+      return "nt_memcpy";
+  }
+  return "?";
+}
+
+int kernelArrays(Kernel k) { return k == Kernel::Add || k == Kernel::Triad ? 3 : 2; }
+
+bool ntMemcpySupported() {
+#ifdef CHORUS_MEMBW_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
+void runKernel(Kernel k, double* a, double* b, double* c, size_t begin, size_t end, double s) {
+  if (end <= begin) return;
+  const size_t n = end - begin;
+  switch (k) {
+    case Kernel::Copy:
+      copyLoop(c + begin, a + begin, n);
+      break;
+    case Kernel::Scale:
+      scaleLoop(b + begin, c + begin, n, s);
+      break;
+    case Kernel::Add:
+      addLoop(c + begin, a + begin, b + begin, n);
+      break;
+    case Kernel::Triad:
+      triadLoop(a + begin, b + begin, c + begin, n, s);
+      break;
+    case Kernel::Memcpy:
+      memcpyPass(c + begin, a + begin, n);
+      break;
+    case Kernel::NtMemcpy:
+#ifdef CHORUS_MEMBW_X86
+      ntCopyAvx2(c + begin, a + begin, n * sizeof(double));
+#else
+      memcpyPass(c + begin, a + begin, n);
+#endif
+      break;
+  }
+}
+
+void modelKernel(Kernel k, double& a, double& b, double& c, double s) {
+  switch (k) {
+    case Kernel::Copy:
+    case Kernel::Memcpy:
+    case Kernel::NtMemcpy:
+      c = a;
+      break;
+    case Kernel::Scale:
+      b = s * c;
+      break;
+    case Kernel::Add:
+      c = a + b;
+      break;
+    case Kernel::Triad:
+      a = b + s * c;
+      break;
+  }
+}
+
+}  // namespace chorus_membw
