@@ -41,7 +41,7 @@ void makeUniqueId(chorusUniqueId* id) {
     failInvalid("bootstrap address '", host, "' is too long");
 }
 
-std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id) {
+std::optional<UniqueIdAddress> parseUniqueId(const chorusUniqueId& id) {
   char text[CHORUS_UNIQUE_ID_BYTES + 1];
   std::memcpy(text, id.internal, CHORUS_UNIQUE_ID_BYTES);
   text[CHORUS_UNIQUE_ID_BYTES] = '\0';
@@ -49,10 +49,16 @@ std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id) {
   unsigned port = 0;
   if (std::sscanf(text, "%31s %99s %u %31s", magic, host, &port, nonce) != 4 ||
       std::strcmp(magic, kMagic) != 0 || port == 0 || port > 65535) {
-    failInvalid("chorusUniqueId is not one made by chorusGetUniqueId");
+    return std::nullopt;
   }
-  auto store = makeTcpStore(host, static_cast<uint16_t>(port));
-  return makePrefixStore(strCat("uid/", nonce, "/"), store);
+  return UniqueIdAddress{host, static_cast<uint16_t>(port), nonce};
+}
+
+std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id) {
+  const auto address = parseUniqueId(id);
+  if (!address) failInvalid("chorusUniqueId is not one made by chorusGetUniqueId");
+  auto store = makeTcpStore(address->host, address->port);
+  return makePrefixStore(strCat("uid/", address->nonce, "/"), store);
 }
 
 }  // namespace chorus

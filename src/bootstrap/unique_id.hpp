@@ -1,13 +1,24 @@
 // chorusUniqueId: the address of a bootstrap store served by the process that made the id.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chorus/chorus.h"
 #include "chorus/store.hpp"
 
 namespace chorus {
+
+/// What a chorusUniqueId names: the store server's address and the id's own key prefix.
+struct UniqueIdAddress {
+  std::string host;
+  uint16_t port = 0;
+  std::string nonce;
+};
+/// Decodes the text in `id` (pure; connects to nothing). std::nullopt if `id` is not one of ours.
+std::optional<UniqueIdAddress> parseUniqueId(const chorusUniqueId& id);
 
 /// Starts (once per call) a store server in this process and describes it in `id`.
 void makeUniqueId(chorusUniqueId* id);

@@ -12,14 +12,6 @@ namespace chorus::engine {
 
 namespace {
 
-constexpr uint64_t kLengthBits = 48;
-constexpr uint64_t kLengthMask = (uint64_t{1} << kLengthBits) - 1;
-constexpr uint16_t kTagSalt = 0xC3A5;
-
-uint64_t makeHeader(uint16_t tag, size_t bytes) {
-  return (uint64_t{static_cast<uint16_t>(tag ^ kTagSalt)} << kLengthBits) | (bytes & kLengthMask);
-}
-
 size_t padOf(size_t bytes) { return alignUp(bytes, 8) - bytes; }
 
 const char* kindName(TransferKind k) {
@@ -34,7 +26,7 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
   if (t.phase == 0) {
     std::span<std::byte> s = pipe.reserve();
     if (s.size() < 8) return false;
-    uint64_t h = makeHeader(t.tag, t.bytes);
+    uint64_t h = MessageHeader::encode(t.tag, t.bytes);
     std::memcpy(s.data(), &h, 8);
     pipe.commit(8);
     t.phase = 1;
@@ -76,8 +68,9 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::funct
     if (s.size() < 8) return false;
     uint64_t h;
     std::memcpy(&h, s.data(), 8);
-    uint16_t tag = static_cast<uint16_t>((h >> kLengthBits) ^ kTagSalt);
-    size_t len = static_cast<size_t>(h & kLengthMask);
+    const MessageHeader header = MessageHeader::decode(h);
+    const uint16_t tag = header.tag;
+    const size_t len = header.length;
     if (tag != t.tag || len != t.bytes) {
       fail(chorusInvalidUsage,
            strCat("rank ", self, ": ", what(), ": message from rank ", t.peer, " has ", len, " bytes (tag ",

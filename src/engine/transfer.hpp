@@ -72,6 +72,25 @@ struct Transfer {
                              int avgDivisor, uint16_t tag);
 };
 
+/// The 8-byte message header: the tag (salted) in the top 16 bits, the payload length in the low 48.
+struct MessageHeader {
+  static constexpr uint64_t kLengthBits = 48;
+  static constexpr uint64_t kLengthMask = (uint64_t{1} << kLengthBits) - 1;
+  static constexpr uint16_t kTagSalt = 0xC3A5;
+
+  uint16_t tag = 0;
+  size_t length = 0;  // < 2^48
+
+  /// Lengths are truncated to 48 bits (a message is never that large).
+  static uint64_t encode(uint16_t tag, size_t bytes) {
+    return (uint64_t{static_cast<uint16_t>(tag ^ kTagSalt)} << kLengthBits) | (bytes & kLengthMask);
+  }
+  /// Any 64-bit value decodes; the receiver compares the result with what it expects.
+  static MessageHeader decode(uint64_t h) {
+    return {static_cast<uint16_t>((h >> kLengthBits) ^ kTagSalt), static_cast<size_t>(h & kLengthMask)};
+  }
+};
+
 /// Where the pipes of the peers are.
 class PipeSet {
  public:
