@@ -7,6 +7,7 @@
 // later calls fail fast with the original cause, and the peers are told through shared memory.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -142,7 +143,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   bool zeroCopy_ = true;  // rank 0's CHORUS_ZERO_COPY
   std::string commId_;    // random id made by rank 0 (names shm segments, flight recorder files)
   FlightRecorder flight_{envConfig().flightRecorderEntries};
-  transport::PeerMappings peerMappings_;  // peers' chorusMemAlloc buffers mapped here
+  // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
+  // buffer of every peer), so that no pointer of the running operation is ever unmapped.
+  transport::PeerMappings peerMappings_{std::max<size_t>(64, 4 * static_cast<size_t>(size_))};
   const char* curAlgo_ = nullptr;
   size_t curP2p_ = 0;
   std::string opWhat() const;

@@ -144,7 +144,7 @@ std::byte* PeerMappings::map(const SharedBufferRef& ref, int peerRank) {
   close(fd);
   if (p == MAP_FAILED) fail(chorusSystemError, strCat(what(), ": mmap: ", std::strerror(err)));
   entries_.push_front(Entry{ref.pid, ref.id, static_cast<std::byte*>(p), ref.size});
-  if (entries_.size() > kMaxEntries) {
+  if (entries_.size() > capacity_) {
     munmap(entries_.back().base, entries_.back().size);
     entries_.pop_back();
   }

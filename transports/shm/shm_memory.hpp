@@ -38,9 +38,11 @@ SharedBufferRef findShared(const void* ptr, size_t bytes);
 
 /// Peers' allocations mapped into this process, least recently used evicted past a bound. A
 /// mapping keeps the memory alive even after the owner frees it, so stale entries are harmless.
+/// The bound must exceed the mappings one operation uses at once (two per peer): the pointers an
+/// operation got stay valid until it maps more than `capacity` others.
 class PeerMappings {
  public:
-  PeerMappings() = default;
+  explicit PeerMappings(size_t capacity = 64) : capacity_(capacity) {}
   ~PeerMappings();
   PeerMappings(const PeerMappings&) = delete;
   PeerMappings& operator=(const PeerMappings&) = delete;
@@ -56,7 +58,7 @@ class PeerMappings {
     std::byte* base;
     size_t size;
   };
-  static constexpr size_t kMaxEntries = 64;
+  size_t capacity_;
   std::mutex mu_;
   std::list<Entry> entries_;  // most recently used first
 };
