@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/tsan_sync.hpp"
 
 namespace chorus {
 
@@ -472,12 +473,16 @@ void CommImpl::run(std::span<engine::Transfer> transfers) {
 
 void CommImpl::syncAll() {
   const uint64_t target = ++syncCounter_;
+  tsanReleaseShm();
   shm_->setSyncFlag(target);
   engine::Waiter waiter = makeWaiter();
   int next = 0;  // ranks below `next` have arrived
   for (;;) {
     while (next < size_ && shm_->syncFlag(next) >= target) ++next;
-    if (next == size_) return;
+    if (next == size_) {
+      tsanAcquireShm();
+      return;
+    }
     waiter.idle(
         [&] {
           std::string missing;
@@ -493,6 +498,7 @@ void CommImpl::syncAll() {
 void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = ++llSeq_;
   const int slot = static_cast<int>(seq & 1);
+  tsanReleaseShm();
   shm_->llPublish(slot, seq, mine, bytes);
   std::byte* own = out + static_cast<size_t>(rank_) * bytes;
   if (own != mine && bytes) std::memcpy(own, mine, bytes);
@@ -511,6 +517,7 @@ void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
           },
           [&](int k) { return k >= r && k != rank_ && !shm_->llArrived(k, slot, seq, bytes); });
     }
+    tsanAcquireShm();
     shm_->llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes);
   }
 }
