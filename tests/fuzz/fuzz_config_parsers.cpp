@@ -33,29 +33,6 @@ using namespace chorus;
   std::abort();
 }
 
-const char* collName(OpKind k) {
-  switch (k) {
-    case OpKind::AllReduce:
-      return "allreduce";
-    case OpKind::ReduceScatter:
-      return "reducescatter";
-    case OpKind::AllGather:
-      return "allgather";
-    case OpKind::Broadcast:
-      return "broadcast";
-    case OpKind::Reduce:
-      return "reduce";
-    case OpKind::AllToAll:
-      return "alltoall";
-    case OpKind::AllToAllv:
-      return "alltoallv";
-    case OpKind::Barrier:
-      return "barrier";
-    default:
-      return nullptr;
-  }
-}
-
 std::string sizeText(size_t v) {
   return v == std::numeric_limits<size_t>::max() ? std::string("inf") : std::to_string(v);
 }
@@ -81,8 +58,9 @@ void rules(const std::string& text) {
   }
   std::string canonical;
   for (const algo::Rule& r : parsed) {
-    const char* coll = collName(r.kind);
-    if (!coll) bug("parseRules: rule for a kind without a name", text);
+    // parseRules only makes rules for collectives, whose CHORUS_ALGO names are opKindName's.
+    if (r.kind == OpKind::Send || r.kind == OpKind::Recv) bug("parseRules: rule for send/recv", text);
+    const char* coll = opKindName(r.kind);
     canonical += std::string(canonical.empty() ? "" : ",") + coll + ":" + std::to_string(r.lo) + "-" +
                  sizeText(r.hi) + ":" + r.name;
   }
