@@ -48,9 +48,22 @@ CHORUS_API std::shared_ptr<Store> makeInProcessStore();
 /// Store in a directory shared by all ranks (a local or network file system). Created if missing.
 CHORUS_API std::shared_ptr<Store> makeFileStore(const std::string& directory);
 
+/// The job secret from CHORUS_SECRET; empty when unset. Throws chorus::Error(chorusInvalidArgument)
+/// for a secret shorter than 16 or longer than 1024 bytes.
+CHORUS_API std::string secretFromEnvironment();
+
+/// A new random job secret (64 hex digits: 256 bits from the kernel's random source).
+CHORUS_API std::string generateSecret();
+
 /// Client of a TCP store server at host:port. Connecting retries until `timeout`.
+///
+/// When `secret` is non-empty the client proves it to the server with HMAC-SHA256 over fresh nonces
+/// (the secret never crosses the wire) and requires the server to prove it back; a server with another
+/// secret or none is refused with chorus::Error(chorusInvalidUsage). With an empty secret it joins
+/// only a server that has none. The default is the environment's CHORUS_SECRET, which chorusrun sets.
 CHORUS_API std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
-                                               std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                                               std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                                               const std::string& secret = secretFromEnvironment());
 
 /// Every key of `inner` seen through this store is prefixed by `prefix`.
 CHORUS_API std::shared_ptr<Store> makePrefixStore(std::string prefix, std::shared_ptr<Store> inner);
@@ -60,13 +73,20 @@ class CHORUS_API TcpStoreServer {
  public:
   /// Listens on `bindAddress` ("0.0.0.0", "127.0.0.1", "::" ...) and `port` (0 = ephemeral).
   /// Throws chorus::Error(chorusSystemError) naming the address when it cannot listen.
-  TcpStoreServer(const std::string& bindAddress, uint16_t port);
+  ///
+  /// With a non-empty `secret`, only clients that prove it (see makeTcpStore) are served; every other
+  /// connection is closed after the handshake, or after 10 s without one, and counted in
+  /// rejectedConnections(). The default is the environment's CHORUS_SECRET.
+  TcpStoreServer(const std::string& bindAddress, uint16_t port,
+                 const std::string& secret = secretFromEnvironment());
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   /// The port actually bound.
   uint16_t port() const;
+  /// Connections closed without being served: wrong or missing secret, malformed or no handshake.
+  uint64_t rejectedConnections() const;
 
  private:
   struct Impl;

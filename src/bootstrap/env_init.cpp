@@ -70,9 +70,11 @@ EnvRendezvous rendezvousFromEnvironment() {
   rv.rank = static_cast<int>(parseInt(*env(found->rankVar), found->rankVar, 0, rv.size - 1));
   const auto timeout = std::chrono::milliseconds(300'000);
 
+  // The job secret (CHORUS_SECRET, set by chorusrun) guards the TCP store both ways.
+  const std::string secret = secretFromEnvironment();
   if (auto addr = env("CHORUS_STORE_ADDR")) {
     auto [host, port] = parseHostPort(*addr, "CHORUS_STORE_ADDR");
-    rv.store = makeTcpStore(host, port, timeout);
+    rv.store = makeTcpStore(host, port, timeout, secret);
   } else if (auto dir = env("CHORUS_STORE_FILE")) {
     rv.store = makeFileStore(*dir);
   } else {
@@ -90,10 +92,10 @@ EnvRendezvous rendezvousFromEnvironment() {
       port = port == 65535 ? 65534 : port + 1;  // torchrun's own TCPStore listens on MASTER_PORT
     }
     if (rv.rank == 0) {
-      auto server = std::make_shared<TcpStoreServer>(*masterAddr, static_cast<uint16_t>(port));
+      auto server = std::make_shared<TcpStoreServer>(*masterAddr, static_cast<uint16_t>(port), secret);
       rv.keepAlive = server;
     }
-    rv.store = makeTcpStore(*masterAddr, static_cast<uint16_t>(port), timeout);
+    rv.store = makeTcpStore(*masterAddr, static_cast<uint16_t>(port), timeout, secret);
   }
   logInfo("rank ", rv.rank, " of ", rv.size, ": rendezvous from ", rv.source, " variables");
   return rv;

@@ -2,8 +2,11 @@
 // shared by its threads under a mutex that is held for one request/reply exchange at a time, so a
 // thread polling get() never blocks the others for longer than one round trip.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/socket_util.hpp"
 #include "bootstrap/store_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
@@ -12,17 +15,22 @@
 namespace chorus {
 namespace {
 
+using tcpstore::Auth;
 using tcpstore::Op;
 using tcpstore::Status;
+using tcpstore::Verdict;
 
 class TcpStore final : public Store {
  public:
-  TcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout)
+  TcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout, std::string secret)
       : where_("TCP store " + net::formatHostPort(host, port)),
         // The connect timeout is about how long the server may take to appear; once connected, a
         // single exchange gets at least this long so a short connect timeout cannot fail big transfers.
-        ioTimeout_(std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(30))) {
+        ioTimeout_(std::max<std::chrono::milliseconds>(timeout, std::chrono::seconds(30))),
+        secret_(std::move(secret)) {
+    auth::validateSecret(secret_, where_ + ": the job secret");
     connect(host, port, timeout);
+    handshake();
   }
 
   void set(const std::string& key, std::span<const std::byte> value) override {
@@ -110,6 +118,74 @@ class TcpStore final : public Store {
                                    " ms (last error: " + lastError + ")");
   }
 
+  // Proves the job secret to the server and has it prove the secret back (tcp_store_protocol.hpp).
+  // Failures here are final: retrying cannot make a wrong secret right.
+  void handshake() {
+    const auto deadline = detail::deadlineAfter(ioTimeout_);
+    const std::string context = where_ + ": handshake";
+    try {
+      std::byte hello[tcpstore::kServerHelloBytes];
+      net::recvAll(fd_.get(), hello, deadline, context);
+      if (std::memcmp(hello, tcpstore::kServerHelloMagic, 8) != 0) {
+        throw Error(chorusRemoteError,
+                    context + ": the server is not a Chorus TCP store (unexpected greeting)");
+      }
+      const auto serverAuth = static_cast<Auth>(hello[8]);
+      auth::Nonce serverNonce;
+      std::memcpy(serverNonce.data(), hello + 16, serverNonce.size());
+
+      const Auth mine = secret_.empty() ? Auth::None : Auth::HmacSha256;
+      const auth::Nonce clientNonce = auth::randomNonce();
+      std::byte reply[tcpstore::kClientHelloBytes] = {};
+      std::memcpy(reply, tcpstore::kClientHelloMagic, 8);
+      reply[8] = static_cast<std::byte>(mine);
+      std::memcpy(reply + 16, clientNonce.data(), clientNonce.size());
+      if (mine == Auth::HmacSha256) {
+        const auto proof = auth::prove(secret_, tcpstore::kClientLabel, serverNonce, clientNonce);
+        std::memcpy(reply + 48, proof.data(), proof.size());
+      }
+      net::sendAll(fd_.get(), reply, deadline, context);
+
+      std::byte verdict[tcpstore::kVerdictBytes];
+      net::recvAll(fd_.get(), verdict, deadline, context);
+      if (std::memcmp(verdict, tcpstore::kVerdictMagic, 8) != 0) {
+        throw Error(chorusRemoteError, context + ": malformed verdict from the server");
+      }
+      switch (static_cast<Verdict>(verdict[8])) {
+        case Verdict::Accepted:
+          break;
+        case Verdict::WrongSecret:
+          throw Error(chorusInvalidUsage, context +
+                                              ": the store refused this process's job secret "
+                                              "(CHORUS_SECRET differs from the job's)");
+        case Verdict::SecretRequired:
+          throw Error(chorusInvalidUsage, context +
+                                              ": the store requires the job secret and this process "
+                                              "has none (set CHORUS_SECRET as the job's launcher did)");
+        case Verdict::UnexpectedSecret:
+          throw Error(chorusInvalidUsage, context +
+                                              ": this process has a job secret (CHORUS_SECRET) but the "
+                                              "store has none: it is not this job's store");
+        default:
+          throw Error(chorusRemoteError, context + ": the store refused the connection (verdict " +
+                                             std::to_string(static_cast<int>(verdict[8])) + ")");
+      }
+      if (mine == Auth::HmacSha256) {
+        auth::Proof proof;
+        std::memcpy(proof.data(), verdict + 16, proof.size());
+        if (serverAuth != Auth::HmacSha256 ||
+            !auth::equalProofs(proof,
+                               auth::prove(secret_, tcpstore::kServerLabel, serverNonce, clientNonce))) {
+          throw Error(chorusInvalidUsage,
+                      context + ": the server did not prove the job secret: it is not this job's store");
+        }
+      }
+    } catch (const Error&) {
+      fd_.reset();
+      throw;
+    }
+  }
+
   // One exchange. Any transport failure leaves the stream at an unknown position, so the connection
   // is closed and every later call fails fast with the original reason.
   Reply call(std::string what, Op op, const std::string& key, std::span<const std::byte> value) {
@@ -162,6 +238,7 @@ class TcpStore final : public Store {
 
   const std::string where_;
   const std::chrono::milliseconds ioTimeout_;
+  const std::string secret_;  // empty: no authentication
   std::mutex mu_;
   net::Fd fd_;          // guarded by mu_; invalid once broken
   std::string broken_;  // guarded by mu_; why fd_ was closed
@@ -169,9 +246,23 @@ class TcpStore final : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port,
-                                    std::chrono::milliseconds timeout) {
-  return std::make_shared<TcpStore>(host, port, timeout);
+std::string secretFromEnvironment() {
+  const char* value = std::getenv("CHORUS_SECRET");
+  if (value == nullptr || *value == '\0') return {};
+  std::string secret(value);
+  if (secret.size() < auth::kMinSecretBytes || secret.size() > auth::kMaxSecretBytes) {
+    throw Error(chorusInvalidArgument, "CHORUS_SECRET must be " + std::to_string(auth::kMinSecretBytes) +
+                                           " to " + std::to_string(auth::kMaxSecretBytes) +
+                                           " bytes long (it is " + std::to_string(secret.size()) + ")");
+  }
+  return secret;
+}
+
+std::string generateSecret() { return auth::randomHex(32); }
+
+std::shared_ptr<Store> makeTcpStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                                    const std::string& secret) {
+  return std::make_shared<TcpStore>(host, port, timeout, secret);
 }
 
 }  // namespace chorus

@@ -3,6 +3,17 @@
 // Strict request/reply over one TCP connection: a client sends one request and reads its reply before
 // sending the next. All integers are little-endian, whatever the hosts' byte order.
 //
+// Handshake (fixed sizes, before any request):
+//   server -> client  hello    48 bytes: "chorusS1", u8 auth, 7 zero bytes, server nonce (32 bytes)
+//   client -> server  hello    80 bytes: "chorusC1", u8 auth, 7 zero bytes, client nonce (32 bytes),
+//                                        client proof (32 bytes)
+//   server -> client  verdict  48 bytes: "chorusV1", u8 verdict, 7 zero bytes, server proof (32 bytes)
+// auth is 0 (the store has no secret: proofs are zero) or 1 (HMAC-SHA256 with the job secret, see
+// auth.hpp: the client proves with label kClientLabel, the server with kServerLabel). The server
+// accepts only a client whose auth equals its own and whose proof is right; any other verdict is
+// followed by closing the connection. The client in turn accepts only a server that proves the secret
+// when it has one. A connection that has not completed the handshake within kHandshakeTimeout is closed.
+//
 // Request (13-byte header, then the body):
 //   u8  op          1 SET, 2 TRYGET, 3 ADD, 4 CHECK, 5 ERASE
 //   u32 key length  1..Store::kMaxKeyBytes (0 for CHECK)
@@ -27,6 +38,7 @@
 // and a client giving up on a wait leaves the stream in step.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -35,6 +47,24 @@
 namespace chorus::tcpstore {
 
 enum class Op : uint8_t { Set = 1, TryGet = 2, Add = 3, Check = 4, Erase = 5 };
+enum class Auth : uint8_t { None = 0, HmacSha256 = 1 };
+enum class Verdict : uint8_t {
+  Accepted = 0,
+  WrongSecret = 1,       // the client's proof is wrong (a different secret)
+  SecretRequired = 2,    // the store has a secret and the client none
+  UnexpectedSecret = 3,  // the client has a secret and the store none
+  Malformed = 4,         // not a Chorus client hello (bad magic or reserved bytes)
+};
+
+constexpr char kServerHelloMagic[8] = {'c', 'h', 'o', 'r', 'u', 's', 'S', '1'};
+constexpr char kClientHelloMagic[8] = {'c', 'h', 'o', 'r', 'u', 's', 'C', '1'};
+constexpr char kVerdictMagic[8] = {'c', 'h', 'o', 'r', 'u', 's', 'V', '1'};
+constexpr size_t kServerHelloBytes = 48;
+constexpr size_t kClientHelloBytes = 80;
+constexpr size_t kVerdictBytes = 48;
+constexpr const char* kClientLabel = "chorus tcp store v1 client";
+constexpr const char* kServerLabel = "chorus tcp store v1 server";
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 enum class Status : uint8_t { Ok = 0, NotFound = 1, Invalid = 2 };
 
 constexpr size_t kRequestHeaderBytes = 13;

@@ -4,6 +4,9 @@
 // length, payload) is documented in tcp_store_protocol.hpp, shared with the client.
 //
 // Robustness rules, since any process that can reach the port can talk to it:
+//  - Nothing but the handshake is served until the client has proved the job secret (when the store
+//    has one); a connection that fails the handshake, or has not finished it within
+//    kHandshakeTimeout, is closed and counted in rejectedConnections().
 //  - Client sockets are non-blocking and each has its own input and output buffer, so a slow, stuck or
 //    half-sent client never delays the others.
 //  - Every length is checked against the protocol bounds as soon as the 13-byte header is in, before
@@ -18,12 +21,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/socket_util.hpp"
 #include "bootstrap/store_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
@@ -32,8 +37,13 @@
 namespace chorus {
 namespace {
 
+using tcpstore::Auth;
 using tcpstore::Op;
 using tcpstore::Status;
+using tcpstore::Verdict;
+
+// Rejections are logged up to this many times per server; the count goes on.
+constexpr uint64_t kLoggedRejections = 10;
 
 constexpr size_t kReadChunk = 64 * 1024;
 // Buffers that grew for a large value are given back once idle, so a client that once sent 64 MiB
@@ -41,7 +51,11 @@ constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kKeepBufferBytes = 1 << 20;
 
 struct Client {
+  enum class Phase { Handshake, Serving, Closing };
   net::Fd fd;
+  Phase phase = Phase::Handshake;
+  detail::Clock::time_point handshakeDeadline{};
+  auth::Nonce serverNonce{};
   std::vector<std::byte> in;  // in[0, inLen) received and not yet handled
   size_t inLen = 0;
   std::vector<std::byte> out;  // out[outSent, out.size()) still to send
@@ -81,8 +95,13 @@ bool parseHeader(const std::byte* p, Frame& frame) {
 
 class ServerLoop {
  public:
-  ServerLoop(net::Fd listener, int wakeFd, std::string where)
-      : listener_(std::move(listener)), wakeFd_(wakeFd), where_(std::move(where)) {}
+  ServerLoop(net::Fd listener, int wakeFd, std::string where, std::string secret,
+             std::atomic<uint64_t>* rejected)
+      : listener_(std::move(listener)),
+        wakeFd_(wakeFd),
+        where_(std::move(where)),
+        secret_(std::move(secret)),
+        rejected_(rejected) {}
 
   void run() {
     try {
@@ -106,7 +125,12 @@ class ServerLoop {
       for (const auto& c : clients_) {
         fds.push_back({c->fd.get(), static_cast<short>(c->replyPending() ? POLLOUT : POLLIN), 0});
       }
-      const int timeoutMs = accepting ? -1 : net::pollTimeoutMs(acceptPausedUntil_);
+      // Wake for the earliest of: accepting again, a handshake running out of time.
+      auto wakeAt = accepting ? detail::Clock::time_point::max() : acceptPausedUntil_;
+      for (const auto& c : clients_) {
+        if (c->phase == Client::Phase::Handshake) wakeAt = std::min(wakeAt, c->handshakeDeadline);
+      }
+      const int timeoutMs = wakeAt == detail::Clock::time_point::max() ? -1 : net::pollTimeoutMs(wakeAt);
       const int rc = ::poll(fds.data(), fds.size(), timeoutMs);
       if (rc < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
@@ -118,8 +142,17 @@ class ServerLoop {
       }
       if (fds[0].revents) return;  // destructor asked us to stop
       // Clients first: accept() appends to clients_, which must not shift the indices used here.
+      const auto afterPoll = detail::Clock::now();
       for (size_t i = 0; i < clients_.size(); ++i) {
-        if (fds[i + 2].revents) serve(*clients_[i], fds[i + 2].revents);
+        Client& c = *clients_[i];
+        if (fds[i + 2].revents) serve(c, fds[i + 2].revents);
+        if (!c.closed && c.phase == Client::Phase::Handshake && afterPoll >= c.handshakeDeadline) {
+          reject(c, "no handshake within " +
+                        std::to_string(std::chrono::seconds(tcpstore::kHandshakeTimeout).count()) + " s");
+          c.closed = true;
+        } else if (c.closed && c.phase == Client::Phase::Handshake) {
+          reject(c, "closed before completing the handshake");
+        }
       }
       std::erase_if(clients_, [](const std::unique_ptr<Client>& c) { return c->closed; });
       if (fds[1].revents) acceptAll();
@@ -146,6 +179,11 @@ class ServerLoop {
         net::setNoDelay(fd);
       } catch (const Error&) {
         // Latency only; the connection works without it.
+      }
+      try {
+        greet(*client);
+      } catch (...) {
+        continue;  // no randomness or memory for this one: drop it, keep serving the others
       }
       clients_.push_back(std::move(client));
     }
@@ -175,7 +213,9 @@ class ServerLoop {
   bool receive(Client& c) {
     Frame frame{};
     size_t want = tcpstore::kRequestHeaderBytes;
-    if (c.inLen >= tcpstore::kRequestHeaderBytes) {
+    if (c.phase == Client::Phase::Handshake) {
+      want = tcpstore::kClientHelloBytes;
+    } else if (c.inLen >= tcpstore::kRequestHeaderBytes) {
       parseHeader(c.in.data(), frame);  // already validated by handleBuffered
       want = frame.total();
     }
@@ -215,12 +255,23 @@ class ServerLoop {
     c.out.clear();
     c.outSent = 0;
     if (c.out.capacity() > kKeepBufferBytes) c.out.shrink_to_fit();
+    if (c.phase == Client::Phase::Closing) {
+      c.closed = true;  // the refusal is out: now hang up
+      return false;
+    }
     return true;
   }
 
   // Handles every complete request in the input buffer, one reply at a time.
   void handleBuffered(Client& c) {
-    while (!c.closed && !c.replyPending() && c.inLen >= tcpstore::kRequestHeaderBytes) {
+    if (c.phase == Client::Phase::Handshake) {
+      if (c.replyPending() || c.inLen < tcpstore::kClientHelloBytes) return;
+      checkHello(c);
+      consume(c, tcpstore::kClientHelloBytes);
+      flush(c);
+    }
+    while (c.phase == Client::Phase::Serving && !c.closed && !c.replyPending() &&
+           c.inLen >= tcpstore::kRequestHeaderBytes) {
       Frame frame{};
       if (!parseHeader(c.in.data(), frame)) {
         c.closed = true;
@@ -231,15 +282,85 @@ class ServerLoop {
         c.closed = true;
         return;
       }
-      const size_t rest = c.inLen - frame.total();
-      std::memmove(c.in.data(), c.in.data() + frame.total(), rest);
-      c.inLen = rest;
-      if (c.in.size() > kKeepBufferBytes && c.inLen <= kReadChunk) {
-        c.in.resize(kReadChunk);
-        c.in.shrink_to_fit();
-      }
+      consume(c, frame.total());
       flush(c);
     }
+  }
+
+  // Drops the first `bytes` of the input buffer (a handled message).
+  static void consume(Client& c, size_t bytes) {
+    const size_t rest = c.inLen - bytes;
+    std::memmove(c.in.data(), c.in.data() + bytes, rest);
+    c.inLen = rest;
+    if (c.in.size() > kKeepBufferBytes && c.inLen <= kReadChunk) {
+      c.in.resize(kReadChunk);
+      c.in.shrink_to_fit();
+    }
+  }
+
+  Auth auth() const { return secret_.empty() ? Auth::None : Auth::HmacSha256; }
+
+  // Queues the server hello: the first bytes every connection receives.
+  void greet(Client& c) {
+    c.serverNonce = auth::randomNonce();
+    c.handshakeDeadline = detail::Clock::now() + tcpstore::kHandshakeTimeout;
+    c.out.assign(tcpstore::kServerHelloBytes, std::byte{0});
+    std::memcpy(c.out.data(), tcpstore::kServerHelloMagic, 8);
+    c.out[8] = static_cast<std::byte>(auth());
+    std::memcpy(c.out.data() + 16, c.serverNonce.data(), auth::kNonceBytes);
+    c.outSent = 0;
+  }
+
+  // Judges the client hello at the front of the input buffer and queues the verdict.
+  void checkHello(Client& c) {
+    const std::byte* p = c.in.data();
+    Verdict verdict = Verdict::Accepted;
+    auth::Nonce clientNonce{};
+    auth::Proof clientProof{};
+    std::memcpy(clientNonce.data(), p + 16, auth::kNonceBytes);
+    std::memcpy(clientProof.data(), p + 48, auth::kProofBytes);
+    const bool reservedZero = std::all_of(p + 9, p + 16, [](std::byte b) { return b == std::byte{0}; });
+    const auto clientAuth = static_cast<uint8_t>(p[8]);
+    if (std::memcmp(p, tcpstore::kClientHelloMagic, 8) != 0 || !reservedZero ||
+        clientAuth > static_cast<uint8_t>(Auth::HmacSha256)) {
+      verdict = Verdict::Malformed;
+    } else if (static_cast<Auth>(clientAuth) != auth()) {
+      verdict = auth() == Auth::None ? Verdict::UnexpectedSecret : Verdict::SecretRequired;
+    } else if (auth() == Auth::HmacSha256 &&
+               !auth::equalProofs(clientProof,
+                                  auth::prove(secret_, tcpstore::kClientLabel, c.serverNonce, clientNonce))) {
+      verdict = Verdict::WrongSecret;
+    }
+    c.out.assign(tcpstore::kVerdictBytes, std::byte{0});
+    c.outSent = 0;
+    std::memcpy(c.out.data(), tcpstore::kVerdictMagic, 8);
+    c.out[8] = static_cast<std::byte>(verdict);
+    if (verdict == Verdict::Accepted) {
+      if (auth() == Auth::HmacSha256) {
+        const auto proof = auth::prove(secret_, tcpstore::kServerLabel, c.serverNonce, clientNonce);
+        std::memcpy(c.out.data() + 16, proof.data(), proof.size());
+      }
+      c.phase = Client::Phase::Serving;
+      return;
+    }
+    static const char* const kReasons[] = {"", "wrong job secret", "no job secret",
+                                           "a job secret where the store has none", "not a Chorus client"};
+    reject(c, kReasons[static_cast<int>(verdict)]);
+    c.phase = Client::Phase::Closing;
+  }
+
+  // Counts (and, for the first few, logs) a connection refused before it was served.
+  void reject(Client& c, const std::string& reason) {
+    c.phase = Client::Phase::Closing;
+    const uint64_t n = rejected_->fetch_add(1) + 1;
+    if (n > kLoggedRejections) return;
+    std::string peer = "an unknown address";
+    try {
+      peer = net::peerAddress(c.fd.get()).toString();
+    } catch (const Error&) {
+    }
+    std::fprintf(stderr, "chorus: %s: rejected a connection from %s: %s%s\n", where_.c_str(), peer.c_str(),
+                 reason.c_str(), n == kLoggedRejections ? " (further rejections are not logged)" : "");
   }
 
   void reply(Client& c, Status status, std::span<const std::byte> payload = {}) {
@@ -313,6 +434,8 @@ class ServerLoop {
   net::Fd listener_;
   const int wakeFd_;  // owned by TcpStoreServer::Impl, which outlives the thread
   const std::string where_;
+  const std::string secret_;               // empty: no authentication
+  std::atomic<uint64_t>* const rejected_;  // owned by TcpStoreServer::Impl
   detail::Clock::time_point acceptPausedUntil_{};
   std::vector<std::unique_ptr<Client>> clients_;
   std::unordered_map<std::string, std::vector<std::byte>> map_;
@@ -323,12 +446,14 @@ class ServerLoop {
 struct TcpStoreServer::Impl {
   net::Fd wake;
   uint16_t port = 0;
+  std::atomic<uint64_t> rejected{0};
   std::thread thread;
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& bindAddress, uint16_t port)
+TcpStoreServer::TcpStoreServer(const std::string& bindAddress, uint16_t port, const std::string& secret)
     : impl_(std::make_unique<Impl>()) {
   const std::string where = "TCP store server " + net::formatHostPort(bindAddress, port);
+  auth::validateSecret(secret, where + ": the job secret");
   net::Fd listener;
   try {
     listener = net::listenTcp(bindAddress, port);
@@ -338,9 +463,9 @@ TcpStoreServer::TcpStoreServer(const std::string& bindAddress, uint16_t port)
   impl_->port = net::localAddress(listener.get()).port();
   impl_->wake.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl_->wake) throw Error(chorusSystemError, net::errnoText(where + ": eventfd", errno));
-  auto loop =
-      std::make_unique<ServerLoop>(std::move(listener), impl_->wake.get(),
-                                   "TCP store server " + net::formatHostPort(bindAddress, impl_->port));
+  auto loop = std::make_unique<ServerLoop>(
+      std::move(listener), impl_->wake.get(),
+      "TCP store server " + net::formatHostPort(bindAddress, impl_->port), secret, &impl_->rejected);
   impl_->thread = std::thread([loop = std::move(loop)] { loop->run(); });
 }
 
@@ -352,5 +477,7 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 uint16_t TcpStoreServer::port() const { return impl_->port; }
+
+uint64_t TcpStoreServer::rejectedConnections() const { return impl_->rejected.load(); }
 
 }  // namespace chorus

@@ -8,56 +8,71 @@
 #include <mutex>
 #include <vector>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/env_init.hpp"
 #include "core/error.hpp"
 
 namespace chorus {
 
 namespace {
-constexpr const char* kMagic = "chorus-uid-1";
+constexpr const char* kMagic = "chorus-uid-2";
 
 // Servers live until the process exits: ranks may join long after the id was made.
 std::mutex gServersMu;
 std::vector<std::unique_ptr<TcpStoreServer>>* gServers = new std::vector<std::unique_ptr<TcpStoreServer>>();
+
+bool plainField(const std::string& text) {
+  return !text.empty() && text.find_first_of(" \t\n") == std::string::npos;
+}
 }  // namespace
+
+bool formatUniqueId(const UniqueIdAddress& address, chorusUniqueId* id) {
+  std::memset(id->internal, 0, sizeof id->internal);
+  if (!plainField(address.host) || !plainField(address.nonce) || !plainField(address.secret) ||
+      address.port == 0) {
+    return false;
+  }
+  const int n =
+      std::snprintf(id->internal, sizeof id->internal, "%s %s %u %s %s", kMagic, address.host.c_str(),
+                    unsigned{address.port}, address.nonce.c_str(), address.secret.c_str());
+  return n > 0 && static_cast<size_t>(n) < sizeof id->internal;
+}
 
 void makeUniqueId(chorusUniqueId* id) {
   // CHORUS_BOOTSTRAP_ADDR chooses the address to listen on and advertise. The default is loopback:
   // this build's ranks all share one host (network transports come with their own issue).
-  std::string host = "127.0.0.1";
-  if (const char* v = std::getenv("CHORUS_BOOTSTRAP_ADDR"); v && *v) host = v;
-  auto server = std::make_unique<TcpStoreServer>(host, 0);
-  uint16_t port = server->port();
-  {
-    std::lock_guard lk(gServersMu);
-    gServers->push_back(std::move(server));
-  }
-  unsigned long long nonce = 0;
-  if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) failSystem("getrandom");
-  std::memset(id->internal, 0, sizeof id->internal);
-  int n =
-      std::snprintf(id->internal, sizeof id->internal, "%s %s %u %016llx", kMagic, host.c_str(), port, nonce);
-  if (n < 0 || static_cast<size_t>(n) >= sizeof id->internal)
-    failInvalid("bootstrap address '", host, "' is too long");
+  UniqueIdAddress address;
+  address.host = "127.0.0.1";
+  if (const char* v = std::getenv("CHORUS_BOOTSTRAP_ADDR"); v && *v) address.host = v;
+  // A secret of its own per id: whoever holds the id may join, nobody else can talk to the store.
+  address.secret = auth::randomHex(16);
+  address.nonce = auth::randomHex(8);
+  if (address.host.size() > 64) failInvalid("CHORUS_BOOTSTRAP_ADDR '", address.host, "' is too long");
+  auto server = std::make_unique<TcpStoreServer>(address.host, 0, address.secret);
+  address.port = server->port();
+  if (!formatUniqueId(address, id))
+    failInvalid("bootstrap address '", address.host, "' does not fit a chorusUniqueId");
+  std::lock_guard lk(gServersMu);
+  gServers->push_back(std::move(server));
 }
 
 std::optional<UniqueIdAddress> parseUniqueId(const chorusUniqueId& id) {
   char text[CHORUS_UNIQUE_ID_BYTES + 1];
   std::memcpy(text, id.internal, CHORUS_UNIQUE_ID_BYTES);
   text[CHORUS_UNIQUE_ID_BYTES] = '\0';
-  char magic[32] = {0}, host[100] = {0}, nonce[32] = {0};
+  char magic[32] = {0}, host[100] = {0}, nonce[32] = {0}, secret[100] = {0};
   unsigned port = 0;
-  if (std::sscanf(text, "%31s %99s %u %31s", magic, host, &port, nonce) != 4 ||
+  if (std::sscanf(text, "%31s %99s %u %31s %99s", magic, host, &port, nonce, secret) != 5 ||
       std::strcmp(magic, kMagic) != 0 || port == 0 || port > 65535) {
     return std::nullopt;
   }
-  return UniqueIdAddress{host, static_cast<uint16_t>(port), nonce};
+  return UniqueIdAddress{host, static_cast<uint16_t>(port), nonce, secret};
 }
 
 std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id) {
   const auto address = parseUniqueId(id);
   if (!address) failInvalid("chorusUniqueId is not one made by chorusGetUniqueId");
-  auto store = makeTcpStore(address->host, address->port);
+  auto store = makeTcpStore(address->host, address->port, std::chrono::seconds(60), address->secret);
   return makePrefixStore(strCat("uid/", address->nonce, "/"), store);
 }
 

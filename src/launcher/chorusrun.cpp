@@ -26,6 +26,8 @@ constexpr const char* kFooter =
   CHORUS_RANK, CHORUS_LOCAL_RANK       the rank, 0..N-1
   CHORUS_WORLD_SIZE, CHORUS_LOCAL_SIZE N
   CHORUS_STORE_ADDR                    127.0.0.1:<port> of the TCP store chorusrun serves for the job
+  CHORUS_SECRET                        the job secret that store requires (kept from chorusrun's own
+                                       environment if set there, else 256 random bits)
 Everything after the program name is passed to the program; `--` may end chorusrun's options.
 
 Output: each line a rank writes to stdout or stderr is written to chorusrun's stdout or stderr, whole
@@ -120,7 +122,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<chorus::TcpStoreServer> store;
   try {
-    store = std::make_unique<chorus::TcpStoreServer>("127.0.0.1", 0);
+    // The job secret: the caller's CHORUS_SECRET if set (to share it with ranks started elsewhere),
+    // else a new random one. Only processes that prove it may use the store.
+    options.secret = chorus::secretFromEnvironment();
+    if (options.secret.empty()) options.secret = chorus::generateSecret();
+    store = std::make_unique<chorus::TcpStoreServer>("127.0.0.1", 0, options.secret);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "chorusrun: cannot start the job's TCP store: %s\n", e.what());
     return 1;

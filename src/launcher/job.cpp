@@ -190,8 +190,9 @@ bool Job::setUp() {
 }
 
 std::vector<std::string> Job::rankEnvironment(int rank) const {
-  static constexpr std::string_view kOwnVariables[] = {
-      "CHORUS_RANK", "CHORUS_WORLD_SIZE", "CHORUS_LOCAL_RANK", "CHORUS_LOCAL_SIZE", "CHORUS_STORE_ADDR"};
+  static constexpr std::string_view kOwnVariables[] = {"CHORUS_RANK",       "CHORUS_WORLD_SIZE",
+                                                       "CHORUS_LOCAL_RANK", "CHORUS_LOCAL_SIZE",
+                                                       "CHORUS_STORE_ADDR", "CHORUS_SECRET"};
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view entry(*e);
@@ -206,6 +207,7 @@ std::vector<std::string> Job::rankEnvironment(int rank) const {
   env.push_back("CHORUS_LOCAL_RANK=" + std::to_string(rank));
   env.push_back("CHORUS_LOCAL_SIZE=" + size);
   if (!opt_.storeAddress.empty()) env.push_back("CHORUS_STORE_ADDR=" + opt_.storeAddress);
+  if (!opt_.secret.empty()) env.push_back("CHORUS_SECRET=" + opt_.secret);
   return env;
 }
 

@@ -13,6 +13,7 @@ struct JobOptions {
   std::vector<std::string> command;
   /// host:port of the job's store, exported as CHORUS_STORE_ADDR (not exported when empty).
   std::string storeAddress;
+  std::string secret;  // CHORUS_SECRET for every rank (empty: none)
   /// Prefix each relayed line with "[<rank>] ".
   bool prefixOutput = true;
   /// Seconds between the first stop signal and SIGKILL.

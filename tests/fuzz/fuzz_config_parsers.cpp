@@ -95,14 +95,13 @@ void uniqueId(const uint8_t* data, size_t size) {
   std::memcpy(id.internal, data, std::min(size, sizeof id.internal));
   const std::optional<UniqueIdAddress> a = parseUniqueId(id);
   if (!a) return;
-  if (a->port == 0 || a->host.empty() || a->nonce.empty()) bug("parseUniqueId: accepted an empty field", "");
+  if (a->port == 0 || a->host.empty() || a->nonce.empty() || a->secret.empty()) {
+    bug("parseUniqueId: accepted an empty field", "");
+  }
   chorusUniqueId again;
-  std::memset(again.internal, 0, sizeof again.internal);
-  const int n = std::snprintf(again.internal, sizeof again.internal, "chorus-uid-1 %s %u %s", a->host.c_str(),
-                              unsigned{a->port}, a->nonce.c_str());
-  if (n < 0 || static_cast<size_t>(n) >= sizeof again.internal) return;  // fields filled a whole id
+  if (!formatUniqueId(*a, &again)) return;  // fields filled a whole id
   const std::optional<UniqueIdAddress> b = parseUniqueId(again);
-  if (!b || b->host != a->host || b->port != a->port || b->nonce != a->nonce) {
+  if (!b || b->host != a->host || b->port != a->port || b->nonce != a->nonce || b->secret != a->secret) {
     bug("parseUniqueId: round trip", "");
   }
 }

@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
 
+#include "bootstrap/auth.hpp"
 #include "bootstrap/socket_util.hpp"
+#include "bootstrap/tcp_store_protocol.hpp"
 #include "chorus/chorus.hpp"
 
 namespace chorus::test {
@@ -61,6 +65,43 @@ inline std::span<const std::byte> bytesOf(const std::string& s) {
 
 inline std::string stringOf(const std::vector<std::byte>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+/// What a raw client learnt from the handshake it drove byte by byte (tcp_store_protocol.hpp).
+struct RawHandshake {
+  std::array<std::byte, tcpstore::kServerHelloBytes> serverHello{};
+  std::array<std::byte, tcpstore::kClientHelloBytes> clientHello{};
+  int verdict = -1;  // -1: the server closed without a verdict
+  std::array<std::byte, tcpstore::kVerdictBytes> verdictBytes{};
+};
+
+/// Reads the server hello, then sends `clientHello` as given, or (when it is empty) a hello that
+/// proves `secret` (none for an empty secret) on the server's nonce; reads the verdict.
+inline RawHandshake rawHandshake(int fd, const std::string& secret,
+                                 std::span<const std::byte> clientHello = {}) {
+  RawHandshake h;
+  const auto deadline = Clock::now() + 5s;
+  net::recvAll(fd, h.serverHello, deadline, "server hello");
+  if (clientHello.empty()) {
+    auth::Nonce serverNonce, clientNonce = auth::randomNonce();
+    std::memcpy(serverNonce.data(), h.serverHello.data() + 16, serverNonce.size());
+    std::memcpy(h.clientHello.data(), tcpstore::kClientHelloMagic, 8);
+    h.clientHello[8] = std::byte{secret.empty() ? uint8_t{0} : uint8_t{1}};
+    std::memcpy(h.clientHello.data() + 16, clientNonce.data(), clientNonce.size());
+    if (!secret.empty()) {
+      const auto proof = auth::prove(secret, tcpstore::kClientLabel, serverNonce, clientNonce);
+      std::memcpy(h.clientHello.data() + 48, proof.data(), proof.size());
+    }
+    clientHello = h.clientHello;
+  }
+  net::sendAll(fd, clientHello, deadline, "client hello");
+  try {
+    net::recvAll(fd, h.verdictBytes, deadline, "verdict");
+    h.verdict = static_cast<int>(h.verdictBytes[8]);
+  } catch (const Error&) {
+    h.verdict = -1;
+  }
+  return h;
 }
 
 }  // namespace chorus::test

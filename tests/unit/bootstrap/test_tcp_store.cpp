@@ -41,7 +41,12 @@ bool closedByServer(int fd, std::chrono::milliseconds within) {
   }
 }
 
-net::Fd rawConnect(uint16_t port) { return net::connectTcp("127.0.0.1", port, Clock::now() + 5s); }
+// A raw connection past the handshake (the server has no secret), ready for hand-made requests.
+net::Fd rawConnect(uint16_t port) {
+  auto fd = net::connectTcp("127.0.0.1", port, Clock::now() + 5s);
+  EXPECT_EQ(rawHandshake(fd.get(), "").verdict, 0);
+  return fd;
+}
 
 void expectServing(uint16_t port, const std::string& tag) {
   auto s = makeTcpStore("127.0.0.1", port, 5s);
@@ -242,7 +247,7 @@ TEST(TcpStore, ServerShutsDownWithIdleAndBusyClients) {
 TEST(SocketUtil, ExactTransfersHonourDeadlinesAndPeerClose) {
   auto listener = net::listenTcp("127.0.0.1", 0);
   const uint16_t port = net::localAddress(listener.get()).port();
-  auto client = rawConnect(port);
+  auto client = net::connectTcp("127.0.0.1", port, Clock::now() + 5s);
   pollfd p{listener.get(), POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 2000), 1);
   net::Fd peer(::accept(listener.get(), nullptr, nullptr));
