@@ -149,6 +149,11 @@ CHORUS_API chorusResult_t chorusCommDestroy(chorusComm_t comm);
  *  and frees the communicator. Returns without waiting for peers. */
 CHORUS_API chorusResult_t chorusCommAbort(chorusComm_t comm);
 
+/** Deadline, in seconds, for each operation this rank issues on `comm` from now on, instead of
+ *  CHORUS_TIMEOUT; 0 restores that. A call that passes it fails with chorusTimeout naming the ranks
+ *  that have not arrived. Negative, NaN or over 1e9 seconds: chorusInvalidArgument. */
+CHORUS_API chorusResult_t chorusCommSetTimeout(chorusComm_t comm, double seconds);
+
 /** Sticky error state: chorusSuccess, or the error that broke the communicator. */
 CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError);
 

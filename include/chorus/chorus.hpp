@@ -175,6 +175,14 @@ class CHORUS_API Communicator {
   int rank() const;
   int size() const;
 
+  /// Deadline for each operation this rank issues on this communicator from now on, instead of
+  /// Config::timeout (CHORUS_TIMEOUT); zero restores that. Each call keeps the timeout in force when
+  /// it was issued (a group: the shortest of its calls'); when it passes, the call fails with
+  /// chorusTimeout naming the ranks that have not arrived. Thread-safe.
+  void setTimeout(std::chrono::milliseconds timeout);
+  /// The timeout the next call will get.
+  std::chrono::milliseconds timeout() const;
+
   // Blocking collectives (throw chorus::Error). Counts are in elements.
   void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
   void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);

@@ -1,4 +1,5 @@
 // The C ABI: handles, error codes and last-error text over the C++ implementation.
+#include <cmath>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -229,6 +230,15 @@ chorusResult_t chorusCommAbort(chorusComm_t comm) {
     impl->abort();
     std::lock_guard lk(gHandlesMu);
     comm->impl.reset();
+  });
+}
+
+chorusResult_t chorusCommSetTimeout(chorusComm_t comm, double seconds) {
+  return guarded(comm, [&] {
+    if (!(seconds >= 0 && seconds <= 1e9))
+      failInvalid("chorusCommSetTimeout: ", seconds, " seconds is not in [0, 1e9]");
+    const auto ms = static_cast<int64_t>(std::ceil(seconds * 1000));
+    lookup(comm, "chorusCommSetTimeout")->setCallTimeout(std::chrono::milliseconds(ms));
   });
 }
 

@@ -330,7 +330,16 @@ std::string CommImpl::opWhat() const {
 
 void CommImpl::executeGroup(std::span<const Op> ops) {
   opStart_ = engine::Clock::now();
-  opDeadline_ = opStart_ + config_.timeout;
+  // Each call carries the timeout in force when it was issued; a group waits by its shortest.
+  opTimeout_ = config_.timeout;
+  bool perCall = false;
+  for (const Op& op : ops) {
+    if (op.timeout.count() > 0 && (!perCall || op.timeout < opTimeout_)) {
+      opTimeout_ = op.timeout;
+      perCall = true;
+    }
+  }
+  opDeadline_ = opStart_ + opTimeout_;
   if (shm_) {
     // A peer that already failed (or aborted) fails this call too, even where the algorithm would
     // find every message it needs already published (low-latency exchanges wait for nothing else).
@@ -462,9 +471,7 @@ void CommImpl::checkCallsMatch(const Op& op) {
 
 // ---- Context for algorithms ---------------------------------------------------------------------
 
-engine::Waiter CommImpl::makeWaiter() {
-  return engine::Waiter(*this, opDeadline_, config_.timeout, spinPolls_);
-}
+engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, opTimeout_, spinPolls_); }
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();

@@ -70,6 +70,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void checkUsable() const;
   size_t memoryBytes() const;
   const Config& config() const { return config_; }
+  /// Timeout given to calls issued from now on (0: config().timeout). Thread-safe.
+  void setCallTimeout(std::chrono::milliseconds timeout) { callTimeoutMs_.store(timeout.count()); }
+  std::chrono::milliseconds callTimeout() const { return std::chrono::milliseconds(callTimeoutMs_.load()); }
 
   // algo::Context
   transport::ShmGroup* shm() override { return shm_.get(); }
@@ -119,6 +122,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   const int rank_;
   const int size_;
   Config config_;
+  std::atomic<int64_t> callTimeoutMs_{0};
   std::vector<algo::Rule> rules_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<void> keepAlive_;
@@ -138,6 +142,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   uint16_t tag_ = 0;
   engine::Clock::time_point opStart_{};  // when the running group of operations began
   engine::Clock::time_point opDeadline_{};
+  std::chrono::milliseconds opTimeout_{0};  // what opDeadline_ is after opStart_
   // What is running now, for error messages (text built only when needed).
   const Op* curOp_ = nullptr;
   bool zeroCopy_ = true;  // rank 0's CHORUS_ZERO_COPY

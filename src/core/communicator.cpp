@@ -52,11 +52,23 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
 int Communicator::rank() const { return live(impl_).rank(); }
+
+void Communicator::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0) failInvalid("setTimeout: timeout ", timeout.count(), " ms is negative");
+  live(impl_).setCallTimeout(timeout);
+}
+
+std::chrono::milliseconds Communicator::timeout() const {
+  const CommImpl& c = live(impl_);
+  const auto perCall = c.callTimeout();
+  return perCall.count() > 0 ? perCall : c.config().timeout;
+}
 int Communicator::size() const { return live(impl_).size(); }
 
 void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
   CommImpl& c = live(impl);
   c.validate(op);
+  op.timeout = c.callTimeout();
   if (group::active()) {
     group::add(impl, std::move(op));
     return;
@@ -68,6 +80,7 @@ void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
 Work api::runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
   CommImpl& c = live(impl);
   c.validate(op);
+  op.timeout = c.callTimeout();
   if (group::active())
     fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
   c.checkUsable();

@@ -1,6 +1,7 @@
 // One operation as the engine sees it, after the API has validated it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,6 +36,8 @@ struct Op {
   int root = -1;
   int peer = -1;
   std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;  // AllToAllv only
+  /// Deadline for this call's waits (Communicator::setTimeout when it was issued); 0: Config::timeout.
+  std::chrono::milliseconds timeout{0};
 
   bool isPointToPoint() const { return kind == OpKind::Send || kind == OpKind::Recv; }
   /// Bytes one rank contributes (the size used to pick an algorithm).

@@ -9,6 +9,13 @@
 //   shrink          as after-init; then the survivors form a communicator without the victim
 //                   (chorusCommShrink) and allreduce on it, printing a second line
 //                   shrink=<code> rank=<new rank> size=<new size> sum=<allreduce of rank+1> message=<text>
+//   intruder        (run under chorusrun, which sets CHORUS_SECRET) rank VICTIM keeps attacking the
+//                   job's store from a second thread, from before init until the job is done: a
+//                   client without the secret, one with a wrong secret, and a raw connection sending a
+//                   request where the hello belongs. Meanwhile every rank joins and runs 40 checked
+//                   allreduces. Each rank prints
+//                   job_ok=<0|1> rank=<r>
+//                   and the attacker also prints attempts=<n> refused=<n> detail=<first unexpected outcome>
 // Rank and size come from the environment (CHORUS_RANK / CHORUS_WORLD_SIZE + a store).
 //
 // A survivor prints one line
@@ -16,8 +23,13 @@
 // (elapsed: from the start of the failing call, or for mid-collective from the start of the loop)
 // and exits 0; the driver judges the values. Exit 2: init failed where it should not; 3: the
 // failure never came.
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +39,8 @@
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "chorus/chorus.hpp"
+#include "chorus/store.hpp"
 
 namespace {
 
@@ -63,16 +77,114 @@ void report(chorusResult_t result, long long elapsed, chorusComm_t comm, const s
   std::fflush(stdout);
 }
 
+// One attack on the store at 127.0.0.1:port; true if the store refused it.
+bool attack(int kind, uint16_t port, std::string* unexpected) {
+  if (kind < 2) {
+    const std::string secret = kind == 0 ? std::string() : std::string("not-the-job-secret-0123456789");
+    try {
+      auto store = chorus::makeTcpStore("127.0.0.1", port, std::chrono::seconds(5), secret);
+      store->setString("intruder/was/here", "1");
+      *unexpected = "a client with " + std::string(kind == 0 ? "no" : "a wrong") + " secret was served";
+      return false;
+    } catch (const chorus::Error& e) {
+      if (e.code() == chorusInvalidUsage) return true;
+      *unexpected = e.what();
+      return false;
+    }
+  }
+  // Raw: read the greeting, answer with a SET request, expect to be hung up on.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool refused = false;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    unsigned char request[80] = {1, 16, 0, 0, 0, 51};  // SET, 16-byte key, 51-byte value
+    std::memcpy(request + 13, "intruder/was/her", 16);
+    (void)::send(fd, request, sizeof request, MSG_NOSIGNAL);
+    unsigned char buf[256];
+    size_t got = 0;
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        refused = got <= 96;  // at most the hello and a refusing verdict, then the close
+        break;
+      }
+      got += static_cast<size_t>(n);
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  if (!refused) *unexpected = "a raw connection was not hung up on";
+  return refused;
+}
+
+int intruderMode(int myRank, int attacker) {
+  std::atomic<bool> stop{false};
+  int attempts = 0, refused = 0;
+  std::string unexpected;
+  std::thread thief;
+  if (myRank == attacker) {
+    const char* addr = std::getenv("CHORUS_STORE_ADDR");
+    const char* colon = addr ? std::strrchr(addr, ':') : nullptr;
+    if (!colon) {
+      std::fprintf(stderr, "intruder mode needs CHORUS_STORE_ADDR (run it under chorusrun)\n");
+      return 64;
+    }
+    const auto port = static_cast<uint16_t>(std::atoi(colon + 1));
+    thief = std::thread([&, port] {
+      for (int kind = 0; !stop.load() || attempts < 3; kind = (kind + 1) % 3) {
+        ++attempts;
+        std::string why;
+        if (attack(kind, port, &why)) ++refused;
+        if (unexpected.empty()) unexpected = why;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  bool ok = false;
+  try {
+    auto comm = chorus::Communicator::fromEnvironment();
+    ok = true;
+    std::vector<float> in(1 << 16), out(1 << 16);
+    for (int iter = 0; iter < 40; ++iter) {
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((myRank + 1) * (iter + 1) + i % 7);
+      comm.allReduce(in.data(), out.data(), in.size(), chorus::DataType::Float32, chorus::ReduceOp::Sum);
+      const int n = comm.size();
+      for (size_t i = 0; i < out.size(); ++i) {
+        const float expect = static_cast<float>((iter + 1) * n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+        if (out[i] != expect) ok = false;
+      }
+    }
+    comm.barrier();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", myRank, e.what());
+    ok = false;
+  }
+  if (thief.joinable()) {
+    stop = true;
+    thief.join();
+    std::printf("attempts=%d refused=%d detail=%s\n", attempts, refused, unexpected.c_str());
+  }
+  std::printf("job_ok=%d rank=%d\n", ok ? 1 : 0, myRank);
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: fault_rank_program after-init|mid-collective|before-init VICTIM\n");
+    std::fprintf(stderr,
+                 "usage: fault_rank_program after-init|mid-collective|before-init|shrink|intruder VICTIM\n");
     return 64;
   }
   const std::string mode = argv[1];
   const int victim = std::atoi(argv[2]);
   const int myRank = envInt("CHORUS_RANK");
+  if (mode == "intruder") return intruderMode(myRank, victim);
 
   if (mode == "before-init") {
     if (myRank == victim) raise(SIGKILL);

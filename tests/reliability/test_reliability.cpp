@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,9 @@
 
 #ifndef FAULT_RANK_PROGRAM
 #error "FAULT_RANK_PROGRAM must name the fault_rank_program binary"
+#endif
+#ifndef CHORUSRUN
+#error "CHORUSRUN must name the chorusrun binary"
 #endif
 
 using namespace chorus;
@@ -87,6 +91,32 @@ class Fault : public ::testing::Test {
 };
 
 // ---- Process faults ---------------------------------------------------------------------------------
+
+// A 3-rank chorusrun job whose rank 0 attacks the job's store from a second thread all along (no
+// secret, a wrong secret, a request in place of the handshake): every attack is refused, the ranks
+// join and their checked allreduces are right, and the store logs the rejections.
+TEST_F(Fault, ConnectionWithoutSecret_IsRejectedAndJobRunsOn) {
+  TempDir dir("intruder-out");
+  Env env = baseEnv();
+  env.erase("CHORUS_SECRET");  // chorusrun makes one
+  env["CHORUS_TIMEOUT"] = "60";
+  std::vector<Process> job{
+      spawn({CHORUSRUN, "-n", "3", FAULT_RANK_PROGRAM, "intruder", "0"}, env, dir.path(), "chorusrun")};
+  ASSERT_TRUE(waitAll(job, 90s)) << "the job did not finish";
+  const Process& p = job[0];
+  ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+  const std::string out = p.out();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(contains(out, "job_ok=1 rank=" + std::to_string(r))) << "rank " << r << ":\n" << out;
+  }
+  int attempts = -1, refused = -2;
+  const size_t at = out.find("attempts=");
+  ASSERT_NE(at, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "attempts=%d refused=%d", &attempts, &refused), 2) << out;
+  EXPECT_GE(attempts, 3);
+  EXPECT_EQ(refused, attempts) << out;
+  EXPECT_TRUE(contains(p.err(), "rejected a connection from 127.0.0.1")) << p.err();
+}
 
 // What a surviving fault_rank_program printed.
 struct SurvivorReport {
@@ -316,6 +346,58 @@ TEST_F(Fault, MissingRank_TimeoutNamesIt) {
   EXPECT_TRUE(again.threw);
   EXPECT_LT(msBetween(t, again.end), 500);
   EXPECT_TRUE(namesRank(again.message, 2)) << again.message;
+}
+
+// Per-call timeout: with CHORUS_TIMEOUT-like Config::timeout at 120 s, rank 0 sets 400 ms for its
+// next calls (setTimeout); its allreduce without rank 1 fails after about 400 ms, naming rank 1.
+TEST_F(Fault, MissingRank_PerCallTimeoutNamesIt) {
+  auto comms = Communicator::createLocal(2, shortTimeout(120s));
+  comms[0].setTimeout(400ms);
+  EXPECT_EQ(comms[0].timeout(), 400ms);
+  EXPECT_EQ(comms[1].timeout(), 120s);
+  const auto start = Clock::now();
+  const Outcome o = allReduceOutcome(comms[0]);
+  ASSERT_TRUE(o.threw) << "allreduce completed without rank 1";
+  EXPECT_EQ(o.code, chorusTimeout) << o.message;
+  EXPECT_TRUE(namesRank(o.message, 1)) << o.message;
+  const long long ms = msBetween(start, o.end);
+  EXPECT_GE(ms, 390) << o.message;
+  EXPECT_LT(ms, 3000) << "the per-call timeout of 400 ms was not used";
+}
+
+// A per-call timeout applies to the calls issued after it, longer or shorter than Config::timeout,
+// and zero restores Config::timeout: with Config::timeout 300 ms, a 3 s per-call timeout lets rank 0
+// wait 1 s for a late rank 1; after setTimeout(0) the next such wait times out again.
+TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
+  auto comms = Communicator::createLocal(2, shortTimeout(300ms));
+  comms[0].setTimeout(3s);
+  comms[1].setTimeout(3s);
+  Outcome early;
+  std::thread waiter([&] { early = allReduceOutcome(comms[0]); });
+  std::this_thread::sleep_for(1s);
+  const Outcome late = allReduceOutcome(comms[1]);
+  waiter.join();
+  EXPECT_FALSE(early.threw) << early.message;
+  EXPECT_FALSE(late.threw) << late.message;
+  comms[0].setTimeout(0ms);
+  EXPECT_EQ(comms[0].timeout(), 300ms);
+  EXPECT_THROW(comms[0].setTimeout(-1ms), Error);
+  const auto start = Clock::now();
+  const Outcome o = allReduceOutcome(comms[0]);
+  EXPECT_EQ(o.code, chorusTimeout) << o.message;
+  EXPECT_LT(msBetween(start, o.end), 2500);
+}
+
+// The C form checks its argument.
+TEST(PerCallTimeout, CApiRejectsBadValues) {
+  chorusComm_t comm = nullptr;
+  ASSERT_EQ(chorusCommInitAll(&comm, 1, nullptr), chorusSuccess);
+  EXPECT_EQ(chorusCommSetTimeout(comm, -1.0), chorusInvalidArgument);
+  EXPECT_EQ(chorusCommSetTimeout(comm, std::nan("")), chorusInvalidArgument);
+  EXPECT_EQ(chorusCommSetTimeout(comm, 2e9), chorusInvalidArgument);
+  EXPECT_EQ(chorusCommSetTimeout(comm, 0.25), chorusSuccess);
+  EXPECT_EQ(chorusCommSetTimeout(nullptr, 1.0), chorusInvalidArgument);
+  EXPECT_EQ(chorusCommDestroy(comm), chorusSuccess);
 }
 
 // Stricter form of the above, as the [core] issue states it: both ranks that arrived report
