@@ -178,6 +178,30 @@ size_t checkReplies(const std::vector<uint8_t>& in, const Expected& e, bool comp
   return n;
 }
 
+// One poll round on a connection: sends what it can of data[sent, size) and reads what has arrived
+// into `in` (eof once the server has closed). False if a send failed: the server dropped us.
+bool pump(int fd, const uint8_t* data, size_t size, size_t& sent, std::vector<uint8_t>& in, bool& eof,
+          int pollMs) {
+  pollfd p{fd, static_cast<short>(POLLIN | (sent < size ? POLLOUT : 0)), 0};
+  if (::poll(&p, 1, pollMs) < 0 && errno != EINTR) bug("poll failed");
+  bool sendOk = true;
+  if (p.revents & POLLOUT) {
+    const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<size_t>(n);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) sendOk = false;
+  }
+  if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+    uint8_t buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      in.insert(in.end(), buf, buf + n);
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      eof = true;
+    }
+  }
+  return sendOk;
+}
+
 // Reads exactly `size` bytes from the non-blocking `fd` within 5 s, or aborts.
 void readExactly(int fd, uint8_t* out, size_t size, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -242,22 +266,7 @@ void intrude(uint16_t port, const uint8_t* data, size_t size) {
     if (eof) break;
     if (!mustClose && sent == size && in.size() >= proto::kServerHelloBytes && now > settle) break;
     if (now > deadline) bug(mustClose ? "intruder not disconnected" : "no server hello");
-    pollfd p{fd, static_cast<short>(POLLIN | (sent < size ? POLLOUT : 0)), 0};
-    if (::poll(&p, 1, 10) < 0 && errno != EINTR) bug("poll failed");
-    if (p.revents & POLLOUT) {
-      const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-      if (n > 0) sent += static_cast<size_t>(n);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) sent = size;  // dropped already
-    }
-    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
-      uint8_t buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        in.insert(in.end(), buf, buf + n);
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        eof = true;
-      }
-    }
+    if (!pump(fd, data, size, sent, in, eof, 10)) sent = size;  // dropped already
   }
   if (in.size() > proto::kServerHelloBytes + proto::kVerdictBytes)
     bug("intruder received more than a refusal");
@@ -285,24 +294,9 @@ void exchange(uint16_t port, const uint8_t* data, size_t size, const Expected& e
     const size_t replies = checkReplies(in, e, false);
     if (eof || (sent == size && replies == e.ops.size() && !e.closes)) break;
     if (std::chrono::steady_clock::now() > deadline) bug("server stopped answering (hang)");
-    pollfd p{fd, static_cast<short>(POLLIN | (sent < size ? POLLOUT : 0)), 0};
-    if (::poll(&p, 1, 100) < 0 && errno != EINTR) bug("poll failed");
-    if (p.revents & POLLOUT) {
-      const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-      if (n > 0) sent += static_cast<size_t>(n);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) {
-        if (!e.closes) bug("send failed though every request so far is valid");
-        sent = size;  // the server already dropped us
-      }
-    }
-    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
-      uint8_t buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        in.insert(in.end(), buf, buf + n);
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        eof = true;
-      }
+    if (!pump(fd, data, size, sent, in, eof, 100)) {
+      if (!e.closes) bug("send failed though every request so far is valid");
+      sent = size;  // the server already dropped us
     }
   }
   const size_t replies = checkReplies(in, e, true);

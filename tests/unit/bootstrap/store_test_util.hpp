@@ -2,7 +2,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <chrono>
@@ -65,6 +67,19 @@ inline std::span<const std::byte> bytesOf(const std::string& s) {
 
 inline std::string stringOf(const std::vector<std::byte>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+/// True if the server closes the connection within `within` (EOF or reset), false if it stays open.
+inline bool closedByServer(int fd, std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, net::pollTimeoutMs(deadline)) <= 0) return false;
+    std::byte buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (Clock::now() >= deadline) return false;
+  }
 }
 
 /// What a raw client learnt from the handshake it drove byte by byte (tcp_store_protocol.hpp).

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "bootstrap/auth.hpp"
@@ -23,16 +24,19 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// True if the peer closes the connection within `within`.
-bool closesWithin(int fd, std::chrono::milliseconds within) {
-  const auto deadline = Clock::now() + within;
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, net::pollTimeoutMs(deadline)) <= 0) return false;
-    std::byte buf[256];
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-  }
+// Accepts one connection on `listener` (within 5 s) on a thread and hands it to `talk`.
+std::thread serveOnce(const net::Fd& listener, std::function<void(int fd)> talk) {
+  return std::thread([&listener, talk = std::move(talk)] {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return;
+    net::Fd peer(::accept(listener.get(), nullptr, nullptr));
+    net::setNonBlocking(peer.get(), false);
+    try {
+      talk(peer.get());
+      closedByServer(peer.get(), 5s);  // until the client hangs up
+    } catch (const Error&) {
+    }
+  });
 }
 
 net::Fd connectRaw(uint16_t port) { return net::connectTcp("127.0.0.1", port, Clock::now() + 5s); }
@@ -87,24 +91,16 @@ TEST(StoreAuth, StoreThatCannotProveTheSecretIsRefused) {
   // A fake store that greets and accepts everyone but cannot know the secret.
   auto listener = net::listenTcp("127.0.0.1", 0);
   const uint16_t port = net::localAddress(listener.get()).port();
-  std::thread fake([&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return;
-    net::Fd peer(::accept(listener.get(), nullptr, nullptr));
-    net::setNonBlocking(peer.get(), false);
+  std::thread fake = serveOnce(listener, [](int fd) {
     std::array<std::byte, tcpstore::kServerHelloBytes> hello{};
     std::memcpy(hello.data(), tcpstore::kServerHelloMagic, 8);
     hello[8] = std::byte{1};
     std::array<std::byte, tcpstore::kClientHelloBytes> clientHello{};
     std::array<std::byte, tcpstore::kVerdictBytes> verdict{};
     std::memcpy(verdict.data(), tcpstore::kVerdictMagic, 8);  // "accepted", with a zero proof
-    try {
-      net::sendAll(peer.get(), hello, Clock::now() + 5s, "fake hello");
-      net::recvAll(peer.get(), clientHello, Clock::now() + 5s, "fake read");
-      net::sendAll(peer.get(), verdict, Clock::now() + 5s, "fake verdict");
-      closesWithin(peer.get(), 5s);
-    } catch (const Error&) {
-    }
+    net::sendAll(fd, hello, Clock::now() + 5s, "fake hello");
+    net::recvAll(fd, clientHello, Clock::now() + 5s, "fake read");
+    net::sendAll(fd, verdict, Clock::now() + 5s, "fake verdict");
   });
   const auto msg = expectError(chorusInvalidUsage, [&] { makeTcpStore("127.0.0.1", port, 5s, kSecret); });
   fake.join();
@@ -114,16 +110,9 @@ TEST(StoreAuth, StoreThatCannotProveTheSecretIsRefused) {
 TEST(StoreAuth, NonChorusServerIsNamed) {
   auto listener = net::listenTcp("127.0.0.1", 0);
   const uint16_t port = net::localAddress(listener.get()).port();
-  std::thread http([&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return;
-    net::Fd peer(::accept(listener.get(), nullptr, nullptr));
+  std::thread http = serveOnce(listener, [](int fd) {
     const std::string banner = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n____";
-    try {
-      net::sendAll(peer.get(), bytesOf(banner), Clock::now() + 5s, "banner");
-      closesWithin(peer.get(), 5s);
-    } catch (const Error&) {
-    }
+    net::sendAll(fd, bytesOf(banner), Clock::now() + 5s, "banner");
   });
   const auto msg = expectError(chorusRemoteError, [&] { makeTcpStore("127.0.0.1", port, 5s, kSecret); });
   http.join();
@@ -142,7 +131,7 @@ TEST(StoreAuth, RequestsBeforeTheHandshakeAreNeverServed) {
   std::memcpy(set.data() + 13, "job/in", 6);
   const auto h = rawHandshake(fd.get(), "", set);
   EXPECT_EQ(h.verdict, static_cast<int>(tcpstore::Verdict::Malformed));
-  EXPECT_TRUE(closesWithin(fd.get(), 2s));
+  EXPECT_TRUE(closedByServer(fd.get(), 2s));
   EXPECT_FALSE(job.member->check({"job/in"}));
   job.expectUndisturbed("after-raw-request");
 }
@@ -157,7 +146,7 @@ TEST(StoreAuth, ForgedAndReplayedProofsAreRejected) {
   auto replay = connectRaw(job.server.port());
   const auto replayed = rawHandshake(replay.get(), "", good.clientHello);
   EXPECT_EQ(replayed.verdict, static_cast<int>(tcpstore::Verdict::WrongSecret));
-  EXPECT_TRUE(closesWithin(replay.get(), 2s));
+  EXPECT_TRUE(closedByServer(replay.get(), 2s));
   // A hello claiming the secret with a made-up proof fails too.
   auto forged = connectRaw(job.server.port());
   auto hello = good.clientHello;
@@ -184,7 +173,7 @@ TEST(StoreAuth, ConnectionWithoutHandshakeIsDroppedAfterTenSeconds) {
   net::recvAll(silent.get(), hello, Clock::now() + 2s, "hello");
   job.expectUndisturbed("while-silent");  // a silent client blocks nobody
   const auto start = Clock::now();
-  EXPECT_TRUE(closesWithin(silent.get(), 15s));
+  EXPECT_TRUE(closedByServer(silent.get(), 15s));
   EXPECT_LT(Clock::now() - start, 12s);
   EXPECT_EQ(job.server.rejectedConnections(), 1u);
   job.expectUndisturbed("after-silent");

@@ -28,19 +28,6 @@ std::vector<std::byte> request(uint8_t op, uint32_t keyLen, uint64_t valueLen, c
   return out;
 }
 
-// True if the server closes the connection within `within` (EOF or reset), false if it stays open.
-bool closedByServer(int fd, std::chrono::milliseconds within) {
-  const auto deadline = Clock::now() + within;
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, net::pollTimeoutMs(deadline)) <= 0) return false;
-    std::byte buf[256];
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-    if (Clock::now() >= deadline) return false;
-  }
-}
-
 // A raw connection past the handshake (the server has no secret), ready for hand-made requests.
 net::Fd rawConnect(uint16_t port) {
   auto fd = net::connectTcp("127.0.0.1", port, Clock::now() + 5s);
