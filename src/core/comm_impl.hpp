@@ -33,6 +33,10 @@
 
 namespace chorus {
 
+namespace topo {
+struct CommTopology;
+}
+
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
  public:
   /// Collective over all ranks. `keepAlive` holds what must live as long as the communicator
@@ -70,6 +74,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void checkUsable() const;
   size_t memoryBytes() const;
   const Config& config() const { return config_; }
+  /// Hosts, rank placement and link classes, found at creation (src/topology).
+  const topo::CommTopology& topology() const { return *topology_; }
   /// Timeout given to calls issued from now on (0: config().timeout). Thread-safe.
   void setCallTimeout(std::chrono::milliseconds timeout) { callTimeoutMs_.store(timeout.count()); }
   std::chrono::milliseconds callTimeout() const { return std::chrono::milliseconds(callTimeoutMs_.load()); }
@@ -128,6 +134,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::shared_ptr<void> keepAlive_;
   std::unique_ptr<transport::ShmGroup> shm_;
   std::vector<HostIdentity> hosts_;
+  std::shared_ptr<const topo::CommTopology> topology_;
   std::vector<int> peerPidfds_;  // -1 where not watched
   uint32_t spinPolls_ = 256;     // 0 when this host runs more ranks than this process may use cores
 

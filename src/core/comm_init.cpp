@@ -14,6 +14,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "topology/comm_topology.hpp"
 
 namespace chorus {
 
@@ -108,6 +109,26 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     auto h = HostIdentity::parse(text);
     if (!h) fail(chorusRemoteError, strCat("rank ", rank_, ": malformed host identity from rank ", r));
     hosts_[static_cast<size_t>(r)] = *h;
+  }
+  {
+    // Hosts in order of their first rank; then what each host is made of and where each rank runs.
+    std::vector<int> hostOf(static_cast<size_t>(size_), -1);
+    int hostCount = 0;
+    for (int r = 0; r < size_; ++r) {
+      for (int q = 0; q < r && hostOf[static_cast<size_t>(r)] < 0; ++q) {
+        if (hosts_[static_cast<size_t>(q)].sameHost(hosts_[static_cast<size_t>(r)])) {
+          hostOf[static_cast<size_t>(r)] = hostOf[static_cast<size_t>(q)];
+        }
+      }
+      if (hostOf[static_cast<size_t>(r)] < 0) hostOf[static_cast<size_t>(r)] = hostCount++;
+    }
+    try {
+      topology_ = std::make_shared<const topo::CommTopology>(
+          topo::CommTopology::exchange(*store_, rank_, hostOf, timeout));
+    } catch (const Error& e) {
+      fail(e.code(), strCat("rank ", rank_, ": topology discovery: ", e.what()));
+    }
+    if (rank_ == 0) logInfo("topology: ", topology_->describe());
   }
   for (int r = 0; r < size_; ++r) {
     if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {

@@ -1,28 +1,91 @@
 // chorus-info: what this build of Chorus has and would do on this machine: version, CPU kernels,
-// transports, shared-memory space, configuration, the algorithm registry, the decisions for a
-// communicator of -n ranks at a range of sizes, and the memory such a communicator allocates.
+// the topology (hwloc, or CHORUS_TOPO_FILE), transports, shared-memory space, configuration, the
+// algorithm registry, the decisions and the placement for a communicator of -n ranks, and the memory
+// such a communicator allocates. --json prints all of it as one object.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.hpp"
 #include "chorus/chorus.hpp"
+#include "core/comm_impl.hpp"
 #include "core/config.hpp"
 #include "core/util.hpp"
 #include "kernels/cpu/reduce.hpp"
+#include "topology/comm_topology.hpp"
 #include "transports/shm/shm_segment.hpp"
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const chorus::OpKind kKinds[] = {chorus::OpKind::AllReduce, chorus::OpKind::ReduceScatter,
+                                 chorus::OpKind::AllGather, chorus::OpKind::Broadcast,
+                                 chorus::OpKind::Reduce,    chorus::OpKind::AllToAll};
+const size_t kSizes[] = {8, 4096, size_t{1} << 20, size_t{64} << 20};
+
+const char* decide(chorus::OpKind k, size_t bytes, int ranks, const std::vector<chorus::algo::Rule>& rules) {
+  chorus::Op op;
+  op.kind = k;
+  op.type = chorus::DataType::Uint8;
+  op.count = bytes;
+  return chorus::algo::select(op, ranks, ranks > 1, rules).name;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"chorus-info: what Chorus has and would do on this machine"};
   int ranks = 4;
+  bool json = false;
   app.add_option("-n,--ranks", ranks, "ranks of the communicator to describe (as threads)")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--json", json, "print everything as one JSON object");
   CLI11_PARSE(app, argc, argv);
   using namespace chorus;
   try {
     Config config = Config::fromEnvironment();
+    auto rules = algo::parseRules(config.algo);
+    const topo::HostTopology& host = topo::localHost();
+    auto comms = Communicator::createLocal(ranks, config);
+    const topo::CommTopology& comm = comms[0].impl()->topology();
+
+    if (json) {
+      Json j;
+      j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
+      j["cpu_kernels"] = kernels::simdLevel();
+      j["transports"] = {{"shm", true}, {"tcp", false}, {"ucx", false}, {"verbs", false}, {"cuda", false}};
+      j["dev_shm_free_bytes"] = transport::shmFreeBytes();
+      j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
+                     {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
+                     {"CHORUS_SHM_FIFO_BYTES", config.shmFifoBytes},
+                     {"CHORUS_CHECK", config.checkCalls},
+                     {"CHORUS_ALGO", config.algo}};
+      Json algos = Json::array();
+      for (const algo::Algorithm& a : algo::registry()) {
+        algos.push_back({{"collective", opKindName(a.kind)},
+                         {"name", a.name},
+                         {"description", a.description},
+                         {"needs_shared_memory", a.needsSharedMemory}});
+      }
+      j["algorithms"] = std::move(algos);
+      Json decisions;
+      for (OpKind k : kKinds) {
+        for (size_t s : kSizes) decisions[opKindName(k)][std::to_string(s)] = decide(k, s, ranks, rules);
+      }
+      j["decisions"] = {{"ranks", ranks}, {"bytes_per_rank", std::move(decisions)}};
+      j["memory_per_rank_bytes"] = comms[0].memoryBytes();
+      j["host"] = host.toJson();
+      j["communicator"] = comm.toJson();
+      std::printf("%s\n", j.dump(2).c_str());
+      return 0;
+    }
+
     std::printf("Chorus %d.%d.%d\n", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
     std::printf("\nCPU kernels        %s\n", kernels::simdLevel());
+    std::printf("\nTopology (%s)\n%s", topo::haveHwloc() ? "hwloc" : "built without hwloc",
+                host.describe().c_str());
     std::printf("\nTransports\n");
     std::printf("  shm              yes (POSIX shared memory, ranks of one host)\n");
     std::printf("  tcp, ucx, verbs  not built (multi-host transports are future work)\n");
@@ -40,26 +103,19 @@ int main(int argc, char** argv) {
       std::printf("  %-14s %-9s %s%s\n", opKindName(a.kind), a.name, a.description,
                   a.needsSharedMemory ? " [shm]" : "");
     }
-    auto rules = algo::parseRules(config.algo);
     std::printf("\nDecisions for %d ranks on one host (bytes per rank -> algorithm)\n", ranks);
-    const OpKind kinds[] = {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather,
-                            OpKind::Broadcast, OpKind::Reduce,        OpKind::AllToAll};
-    const size_t sizes[] = {8, 4096, size_t{1} << 20, size_t{64} << 20};
     std::printf("  %-14s", "");
-    for (size_t s : sizes) std::printf(" %10s", formatBytes(s).c_str());
+    for (size_t s : kSizes) std::printf(" %10s", formatBytes(s).c_str());
     std::printf("\n");
-    for (OpKind k : kinds) {
+    for (OpKind k : kKinds) {
       std::printf("  %-14s", opKindName(k));
-      for (size_t s : sizes) {
-        Op op;
-        op.kind = k;
-        op.type = DataType::Uint8;
-        op.count = s;
-        std::printf(" %10s", algo::select(op, ranks, ranks > 1, rules).name);
-      }
+      for (size_t s : kSizes) std::printf(" %10s", decide(k, s, ranks, rules));
       std::printf("\n");
     }
-    auto comms = Communicator::createLocal(ranks, config);
+    std::printf("\nA communicator of %d ranks (threads of this process)\n", ranks);
+    const std::string placement = comm.describe();
+    // The host block was printed above: show the ranks and links only.
+    std::printf("%s", placement.substr(placement.find("  ranks:")).c_str());
     std::printf("\nMemory of one communicator of %d ranks: %s per rank (shared segment)\n", ranks,
                 formatBytes(comms[0].memoryBytes()).c_str());
   } catch (const Error& e) {
