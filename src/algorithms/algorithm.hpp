@@ -94,14 +94,18 @@ void allReduceOneShot(Context&, const Op&);
 void allReduceLowLatency(Context&, const Op&);
 void allReduceRing(Context&, const Op&);
 void allReduceRecursiveDoubling(Context&, const Op&);
+void allReduceHalvingDoubling(Context&, const Op&);  // Rabenseifner (patterns::halvingDoublingSchedule)
+void allReduceTree(Context&, const Op&);             // double binary tree (patterns::doubleBinaryTree)
 void reduceScatterDirect(Context&, const Op&);
 void reduceScatterRing(Context&, const Op&);
 void allGatherDirect(Context&, const Op&);
 void allGatherRing(Context&, const Op&);
 void broadcastDirect(Context&, const Op&);
 void broadcastPipeline(Context&, const Op&);
+void broadcastKnomial(Context&, const Op&);  // 4-nomial tree (patterns::knomialTree)
 void reduceDirect(Context&, const Op&);
 void reducePipeline(Context&, const Op&);
+void reduceKnomial(Context&, const Op&);  // 4-nomial tree (patterns::knomialTree)
 void allToAllDirect(Context&, const Op&);
 void allToAllPairwise(Context&, const Op&);
 void allToAllvPairwise(Context&, const Op&);

@@ -1,0 +1,41 @@
+// Broadcast, k-nomial tree (k = 4) from the root: every rank receives the message from its parent
+// and forwards it to its children as the bytes arrive, so the message crosses ceil(log4(n)) levels
+// pipelined at the granularity of the pipes' free space. The tree is patterns::knomialTree.
+#include <cstring>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/common.hpp"
+#include "algorithms/patterns/patterns.hpp"
+
+namespace chorus::algo {
+
+namespace {
+constexpr int kRadix = 4;
+}
+
+void broadcastKnomial(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int r = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  const size_t bytes = op.count * elem;
+  const patterns::TreeLinks links = patterns::knomialTree(ctx.size(), op.root, kRadix, r);
+  std::vector<engine::Transfer> ts;
+  ts.reserve(links.children.size() + 1);
+  const void* src = op.recv;
+  int arrival = -1;  // the receive the forwarding sends are bound to
+  if (r == op.root) {
+    src = op.send;
+    if (op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+  } else {
+    ts.push_back(engine::Transfer::recv(links.parent, op.recv, bytes, elem, ctx.tag()));
+    arrival = 0;
+  }
+  for (int child : links.children) {
+    engine::Transfer fwd = engine::Transfer::send(child, src, bytes, elem, ctx.tag());
+    fwd.waitFor = arrival;
+    ts.push_back(fwd);
+  }
+  ctx.run(ts);
+}
+
+}  // namespace chorus::algo
