@@ -104,7 +104,8 @@ std::vector<Rule> parseRules(const std::string& text) {
     if (entry.empty()) continue;
     auto bad = [&](const std::string& why) {
       failInvalid("CHORUS_ALGO entry '", entry, "': ", why,
-                  " (expected coll[:lo-hi]:algo, e.g. allreduce:0-4k:rd or broadcast:pipeline)");
+                  " (expected coll[:lo-hi]:algo or, after an entry, lo-hi:algo, e.g. "
+                  "allreduce:0-64K:tree,64K-inf:ring or broadcast:pipeline)");
     };
     std::vector<std::string> parts;
     size_t p = 0;
@@ -122,6 +123,13 @@ std::vector<Rule> parseRules(const std::string& text) {
         rule.kind = c.kind;
         found = true;
       }
+    }
+    // "lo-hi:algo" continues the previous entry's collective, as in allreduce:0-64K:tree,64K-inf:ring.
+    if (!found && parts.size() == 2 && parts[0].find('-') != std::string::npos) {
+      if (rules.empty()) bad("a size range without a collective must follow an entry that names one");
+      rule.kind = rules.back().kind;
+      found = true;
+      parts.insert(parts.begin(), std::string());
     }
     if (!found) bad(strCat("unknown collective '", parts[0], "'"));
     if (parts.size() == 3) {

@@ -97,7 +97,8 @@ EnvRendezvous rendezvousFromEnvironment() {
     }
     rv.store = makeTcpStore(*masterAddr, static_cast<uint16_t>(port), timeout, secret);
   }
-  logInfo("rank ", rv.rank, " of ", rv.size, ": rendezvous from ", rv.source, " variables");
+  logInfo(Subsys::Bootstrap, "rank ", rv.rank, " of ", rv.size, ": rendezvous from ", rv.source,
+          " variables");
   return rv;
 }
 

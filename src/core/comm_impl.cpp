@@ -416,7 +416,7 @@ void CommImpl::executeCollective(const Op& op) {
   } else {
     algorithm = &algo::select(op, size_, shm_ != nullptr, rules_);
     decisions_[key] = algorithm;
-    logInfo("rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
+    logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
             formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name, " (",
             algorithm->description, ")");
   }

@@ -128,7 +128,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     } catch (const Error& e) {
       fail(e.code(), strCat("rank ", rank_, ": topology discovery: ", e.what()));
     }
-    if (rank_ == 0) logInfo("topology: ", topology_->describe());
+    if (rank_ == 0) logInfo(Subsys::Topo, "topology: ", topology_->describe());
   }
   for (int r = 0; r < size_; ++r) {
     if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {
@@ -159,7 +159,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     if (r != rank_ && h.pid != me.pid && h.samePidNamespace(me))
       peerPidfds_[static_cast<size_t>(r)] = openPidfd(h.pid);
   }
-  logInfo("rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ", timeout.count(), " ms)");
+  logInfo(Subsys::Init, "rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ",
+          timeout.count(), " ms)");
 }
 
 std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Config& config) {
@@ -223,8 +224,8 @@ std::shared_ptr<CommImpl> CommImpl::shrink(std::span<const int> exclude) {
   // The n-th shrink of every survivor meets under one prefix; the excluded list is part of it, so
   // survivors that disagree on it never join one communicator (they time out naming the others).
   const uint64_t seq = shrinkSeq_++;
-  logInfo("rank ", rank_, ": shrinking a communicator of ", size_, " ranks without rank(s) ", list,
-          ": new rank ", newRank, " of ", newSize);
+  logInfo(Subsys::Init, "rank ", rank_, ": shrinking a communicator of ", size_, " ranks without rank(s) ",
+          list, ": new rank ", newRank, " of ", newSize);
   auto childStore = makePrefixStore(strCat("shrink", seq, "/without", list, "/"), store_);
   return create(childStore, newRank, newSize, config_, keepAlive_);
 }

@@ -74,6 +74,13 @@ EnvConfig readEnv() {
     else
       note(strCat("CHORUS_DEBUG='", v, "' is not one of NONE, WARN, INFO, TRACE"));
   }
+  // CHORUS_DEBUG_SUBSYS: which subsystems INFO and TRACE messages come from (default ALL).
+  if (const char* v = std::getenv("CHORUS_DEBUG_SUBSYS")) {
+    if (!parseSubsystems(v, &c.logSubsystems)) {
+      note(strCat("CHORUS_DEBUG_SUBSYS='", v,
+                  "' is not a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM, ALL (a leading ^ excludes)"));
+    }
+  }
   // CHORUS_TIMEOUT: seconds (may be fractional) any single wait may take (default 300).
   if (const char* v = std::getenv("CHORUS_TIMEOUT")) {
     char* end = nullptr;

@@ -14,6 +14,7 @@ namespace chorus {
 
 struct EnvConfig {
   LogLevel logLevel = LogLevel::Warn;
+  unsigned logSubsystems = kAllSubsystems;  // CHORUS_DEBUG_SUBSYS
   std::chrono::milliseconds timeout{300'000};
   std::string algo;
   size_t shmStageBytes = size_t{1} << 20;

@@ -1,4 +1,6 @@
-// Logging to stderr, filtered by CHORUS_DEBUG (NONE, WARN, INFO, TRACE; default WARN).
+// Logging to stderr, filtered by CHORUS_DEBUG (NONE, WARN, INFO, TRACE; default WARN) and, for INFO
+// and TRACE, by subsystem: CHORUS_DEBUG_SUBSYS is a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM
+// or ALL (the default); a leading ^ turns it into the subsystems not to log, as in NCCL.
 #pragma once
 
 #include <string>
@@ -9,20 +11,35 @@ namespace chorus {
 
 enum class LogLevel { None = 0, Warn = 1, Info = 2, Trace = 3 };
 
+/// What a message is about. Bits of a mask.
+enum class Subsys : unsigned {
+  Init = 1u << 0,       // communicator creation, split, shrink
+  Bootstrap = 1u << 1,  // stores and rendezvous
+  Topo = 1u << 2,       // topology discovery
+  Tuning = 1u << 3,     // algorithm decisions
+  Shm = 1u << 4,        // shared-memory transport
+};
+constexpr unsigned kAllSubsystems = 0x1F;
+const char* subsysName(Subsys s);
+/// Parses a CHORUS_DEBUG_SUBSYS value into a mask; false (mask untouched) if a name is unknown.
+bool parseSubsystems(const std::string& text, unsigned* mask);
+
 LogLevel logLevel();
-void logMessage(LogLevel level, const std::string& message);
+bool logEnabled(LogLevel level, Subsys s);
+void logMessage(LogLevel level, const char* subsys, const std::string& message);
 
 template <typename... Args>
-void logInfo(const Args&... args) {
-  if (logLevel() >= LogLevel::Info) logMessage(LogLevel::Info, strCat(args...));
+void logInfo(Subsys s, const Args&... args) {
+  if (logEnabled(LogLevel::Info, s)) logMessage(LogLevel::Info, subsysName(s), strCat(args...));
 }
+template <typename... Args>
+void logTrace(Subsys s, const Args&... args) {
+  if (logEnabled(LogLevel::Trace, s)) logMessage(LogLevel::Trace, subsysName(s), strCat(args...));
+}
+/// Warnings are shown at WARN and above whatever the subsystem filter.
 template <typename... Args>
 void logWarn(const Args&... args) {
-  if (logLevel() >= LogLevel::Warn) logMessage(LogLevel::Warn, strCat(args...));
-}
-template <typename... Args>
-void logTrace(const Args&... args) {
-  if (logLevel() >= LogLevel::Trace) logMessage(LogLevel::Trace, strCat(args...));
+  if (logLevel() >= LogLevel::Warn) logMessage(LogLevel::Warn, nullptr, strCat(args...));
 }
 
 }  // namespace chorus

@@ -97,6 +97,33 @@ TEST(ParseRules, AliasesAndWhitespace) {
   EXPECT_EQ(rules[3].kind, OpKind::AllToAllv);
 }
 
+// UCC-like continuation: a "lo-hi:algo" entry keeps the previous entry's collective.
+TEST(ParseRules, RangeEntriesContinueThePreviousCollective) {
+  auto rules = algo::parseRules("allreduce:0-64K:tree,64K-inf:ring,broadcast:0-4k:knomial,4k-inf:direct");
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
+  EXPECT_EQ(rules[0].name, "tree");
+  EXPECT_EQ(rules[0].hi, size_t{64} << 10);
+  EXPECT_EQ(rules[1].kind, OpKind::AllReduce);
+  EXPECT_EQ(rules[1].name, "ring");
+  EXPECT_EQ(rules[1].lo, size_t{64} << 10);
+  EXPECT_EQ(rules[1].hi, SIZE_MAX);
+  EXPECT_EQ(rules[2].kind, OpKind::Broadcast);
+  EXPECT_EQ(rules[3].kind, OpKind::Broadcast);
+  EXPECT_EQ(rules[3].name, "direct");
+  Op small, large;
+  small.kind = large.kind = OpKind::AllReduce;
+  small.type = large.type = DataType::Uint8;
+  small.count = 1024;
+  large.count = size_t{1} << 20;
+  EXPECT_STREQ(algo::select(small, 4, true, rules).name, "tree");
+  EXPECT_STREQ(algo::select(large, 4, true, rules).name, "ring");
+  // Without a collective before it, a range entry is an error naming it.
+  expectRejected("0-64K:tree", {"'0-64K:tree'", "must follow an entry"});
+  // The continued collective's algorithms are the ones checked.
+  expectRejected("broadcast:0-1k:knomial,1k-inf:ring", {"'1k-inf:ring'", "unknown algorithm 'ring'"});
+}
+
 TEST(ParseRules, UnknownCollectiveNamesEntry) {
   expectRejected("allreduce:ring,allsum:ring", {"'allsum:ring'", "unknown collective 'allsum'"});
   expectRejected("ring", {"'ring'"});

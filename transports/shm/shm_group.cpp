@@ -96,7 +96,8 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
     recvPipes_[static_cast<size_t>(r)] = std::make_unique<ShmRecvPipe>(
         reinterpret_cast<FifoControl*>(slotIn), slotIn + sizeof(FifoControl), fifoBytes_);
   }
-  logInfo("rank ", rank, ": shared memory ready, ", nranks, " segments of ", formatBytes(segmentBytes_));
+  logInfo(Subsys::Shm, "rank ", rank, ": shared memory ready, ", nranks, " segments of ",
+          formatBytes(segmentBytes_));
 }
 
 ShmGroup::~ShmGroup() = default;
