@@ -86,7 +86,12 @@ std::vector<Rule> parseRules(const std::string& text);
 
 /// The algorithm for `op` on a communicator of `nranks` ranks: the first matching rule, else the
 /// built-in choice. `haveShm`: all ranks share a host.
-const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules);
+struct CostModel;
+/// The algorithm for `op`: the first matching rule (CHORUS_ALGO), else with shared memory the built-in
+/// size rules, else (ranks on several hosts) the cheapest prediction of `model` when one is given,
+/// else the built-in fallbacks.
+const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules,
+                        const CostModel* model = nullptr);
 
 // The algorithms (one file each).
 void allReduceDirect(Context&, const Op&);

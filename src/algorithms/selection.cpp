@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
 
@@ -154,13 +155,16 @@ std::vector<Rule> parseRules(const std::string& text) {
   return rules;
 }
 
-const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules) {
-  (void)nranks;
+const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules,
+                        const CostModel* model) {
   const size_t bytes = op.messageBytes();
   for (const Rule& r : rules) {
     if (r.kind != op.kind || bytes < r.lo || bytes > r.hi) continue;
     const Algorithm* a = find(op.kind, r.name);
     if (a && (!a->needsSharedMemory || haveShm)) return *a;
+  }
+  if (!haveShm && model) {
+    if (const Algorithm* a = cheapest(*model, op, nranks)) return *a;
   }
   // Built-in choice (the topology-aware cost model is a later layer): on one host the direct
   // shared-memory algorithms move each byte the fewest times; without shared memory, latency-bound

@@ -76,6 +76,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   const Config& config() const { return config_; }
   /// Hosts, rank placement and link classes, found at creation (src/topology).
   const topo::CommTopology& topology() const { return *topology_; }
+  /// The cost model of the pipe algorithms for this communicator's links.
+  const algo::CostModel& costModel() const { return *model_; }
   /// Timeout given to calls issued from now on (0: config().timeout). Thread-safe.
   void setCallTimeout(std::chrono::milliseconds timeout) { callTimeoutMs_.store(timeout.count()); }
   std::chrono::milliseconds callTimeout() const { return std::chrono::milliseconds(callTimeoutMs_.load()); }
@@ -135,8 +137,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::unique_ptr<transport::ShmGroup> shm_;
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
-  std::vector<int> peerPidfds_;  // -1 where not watched
-  uint32_t spinPolls_ = 256;     // 0 when this host runs more ranks than this process may use cores
+  std::shared_ptr<const algo::CostModel> model_;  // from the worst link class of the topology
+  std::vector<int> peerPidfds_;                   // -1 where not watched
+  uint32_t spinPolls_ = 256;  // 0 when this host runs more ranks than this process may use cores
 
   // Per-operation state, touched only by the thread running the current ticket.
   uint64_t collSeq_ = 0;

@@ -9,6 +9,7 @@
 #include <exception>
 #include <thread>
 
+#include "algorithms/cost_model.hpp"
 #include "bootstrap/rank_wait.hpp"
 #include "core/comm_impl.hpp"
 #include "core/config.hpp"
@@ -129,6 +130,13 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
       fail(e.code(), strCat("rank ", rank_, ": topology discovery: ", e.what()));
     }
     if (rank_ == 0) logInfo(Subsys::Topo, "topology: ", topology_->describe());
+    // The pipe algorithms are modelled with the slowest link any pair of ranks uses.
+    topo::LinkClass worst = topo::LinkClass::Self;
+    for (int a = 0; a < size_; ++a) {
+      for (int b = 0; b < size_; ++b) worst = std::max(worst, topology_->link(a, b));
+    }
+    model_ =
+        std::make_shared<const algo::CostModel>(algo::CostModel::forLinkClass(topo::linkClassName(worst)));
   }
   for (int r = 0; r < size_; ++r) {
     if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {

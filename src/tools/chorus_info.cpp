@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
 #include "core/config.hpp"
@@ -110,6 +111,29 @@ int main(int argc, char** argv) {
     for (OpKind k : kKinds) {
       std::printf("  %-14s", opKindName(k));
       for (size_t s : kSizes) std::printf(" %10s", decide(k, s, ranks, rules));
+      std::printf("\n");
+    }
+    const algo::CostModel& model = comms[0].impl()->costModel();
+    std::printf(
+        "\nCost model of the pipe algorithms (link class %s: alpha %.1f us, %.1f GB/s, reduce %.1f GB/s)\n",
+        model.linkClass.c_str(), model.alphaUs, model.wireGBps, model.reduceGBps);
+    std::printf(
+        "  predicted us for %d ranks; * = the choice without shared memory (ranks on several hosts)\n",
+        ranks);
+    std::printf("  %-24s", "");
+    for (size_t s : kSizes) std::printf(" %11s", formatBytes(s).c_str());
+    std::printf("\n");
+    for (const algo::Algorithm& a : algo::registry()) {
+      if (a.needsSharedMemory || a.kind == OpKind::AllToAllv || a.kind == OpKind::Barrier) continue;
+      std::printf("  %-14s %-9s", opKindName(a.kind), a.name);
+      for (size_t s : kSizes) {
+        Op op;
+        op.kind = a.kind;
+        op.type = DataType::Uint8;
+        op.count = s;
+        const bool chosen = &algo::select(op, ranks, false, rules, &model) == &a;
+        std::printf(" %10.1f%s", model.predictUs(a, op, ranks), chosen ? "*" : " ");
+      }
       std::printf("\n");
     }
     std::printf("\nA communicator of %d ranks (threads of this process)\n", ranks);

@@ -19,6 +19,17 @@
 #include <hwloc.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define CHORUS_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CHORUS_ASAN_BUILD 1
+#endif
+#endif
+#ifndef CHORUS_ASAN_BUILD
+#define CHORUS_ASAN_BUILD 0
+#endif
+
 namespace chorus::topo {
 namespace {
 
@@ -204,6 +215,12 @@ HostTopology fromHwloc(hwloc_topology_t t, std::string source) {
 HostTopology discoverWithHwloc(const std::string& xml) {
   Hwloc t;
   hwloc_topology_set_io_types_filter(t.get(), HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+#if CHORUS_ASAN_BUILD
+  // hwloc's PCI plugin (libpciaccess) leaks about 1 KiB once and is unloaded before LeakSanitizer
+  // looks, so the report cannot be suppressed by name: AddressSanitizer builds discover the machine
+  // without its PCI devices (the tests read devices from XML files, which do not use the plugin).
+  if (xml.empty()) hwloc_topology_set_components(t.get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+#endif
   if (!xml.empty()) {
     if (hwloc_topology_set_xml(t.get(), xml.c_str()) != 0) {
       fail(chorusInvalidArgument,

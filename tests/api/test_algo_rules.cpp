@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 #include "api_test_util.hpp"
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
@@ -227,6 +228,73 @@ TEST(AlgoConfig, MalformedChorusAlgoVariableNamesEntry) {
         _exit(ok ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "result=4 message=.*CHORUS_ALGO entry 'reduce:0-1k-2k:direct'");
+}
+
+// ---- The cost model of the pipe algorithms ------------------------------------------------------
+
+const char* modelChoice(OpKind kind, size_t bytes, int n, const std::string& linkClass = "shm-numa") {
+  const algo::CostModel model = algo::CostModel::forLinkClass(linkClass);
+  return algo::select(opOf(kind, bytes, DataType::Uint8), n, /*haveShm=*/false, {}, &model).name;
+}
+
+// Without shared memory the model decides: log-depth algorithms for small messages, bandwidth-optimal
+// ones for large; never a shared-memory algorithm.
+TEST(CostModel, LatencyAlgorithmsSmallBandwidthAlgorithmsLarge) {
+  for (int n : {4, 8, 16, 64}) {
+    SCOPED_TRACE(n);
+    EXPECT_STREQ(modelChoice(OpKind::AllReduce, 8, n), "rd");
+    EXPECT_STREQ(modelChoice(OpKind::AllReduce, size_t{64} << 20, n), "rhd");
+    EXPECT_STREQ(modelChoice(OpKind::Broadcast, 8, n), "knomial");
+    EXPECT_STREQ(modelChoice(OpKind::Broadcast, size_t{64} << 20, n), "pipeline");
+    EXPECT_STREQ(modelChoice(OpKind::Reduce, 8, n), "knomial");
+    EXPECT_STREQ(modelChoice(OpKind::Reduce, size_t{64} << 20, n), "pipeline");
+  }
+  // Beyond a power of two, halving-doubling pays for folding the extra ranks: the ring wins large.
+  EXPECT_STREQ(modelChoice(OpKind::AllReduce, size_t{64} << 20, 6), "ring");
+  for (OpKind k : {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather, OpKind::Broadcast,
+                   OpKind::Reduce, OpKind::AllToAll, OpKind::Barrier}) {
+    for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20}) {
+      const char* name = modelChoice(k, bytes, 5);
+      for (const auto& a : algo::registry()) {
+        if (a.kind == k && std::string(a.name) == name) {
+          EXPECT_FALSE(a.needsSharedMemory) << name;
+        }
+      }
+    }
+  }
+}
+
+// The allreduce crossover from recursive doubling to halving-doubling moves to larger messages when
+// each message costs more (the network class), and predictions grow with the message.
+TEST(CostModel, CrossoverFollowsTheLinkClass) {
+  const auto crossover = [](const std::string& link) {
+    for (size_t b = 8; b <= (size_t{1} << 30); b *= 2) {
+      if (std::string(modelChoice(OpKind::AllReduce, b, 8, link)) != "rd") return b;
+    }
+    return size_t{0};
+  };
+  const size_t local = crossover("shm-numa"), network = crossover("network");
+  EXPECT_GT(local, 0u);
+  EXPECT_GT(network, local);
+  const algo::CostModel m = algo::CostModel::forLinkClass("shm-numa");
+  for (const auto& a : algo::registry()) {
+    const double small = m.predictUs(a, opOf(a.kind, 1024, DataType::Uint8), 8);
+    const double large = m.predictUs(a, opOf(a.kind, size_t{1} << 24, DataType::Uint8), 8);
+    if (a.needsSharedMemory) {
+      EXPECT_LT(small, 0) << a.name;
+    } else if (a.kind != OpKind::AllToAllv && a.kind != OpKind::Barrier) {
+      EXPECT_GT(large, small) << opKindName(a.kind) << " " << a.name;
+    }
+  }
+}
+
+// Rules still come first, and with shared memory the built-in size rules decide.
+TEST(CostModel, RulesAndSharedMemoryComeFirst) {
+  const algo::CostModel model;
+  const auto rules = algo::parseRules("allreduce:ring");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2), 4, false, rules, &model).name, "ring");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2), 4, true, {}, &model).name, "ll");
+  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1 << 20), 4, true, {}, &model).name, "direct");
 }
 
 }  // namespace
