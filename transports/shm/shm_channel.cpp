@@ -6,7 +6,11 @@ namespace chorus::transport {
 
 std::span<std::byte> ShmSendPipe::reserve() {
   uint64_t used = head_ - cachedTail_;
-  if (used == capacity_) {
+  // Reload the tail not only when the cached view is full but whenever it leaves less than the
+  // largest unit the engine commits whole (an 8-byte header or element): the cached tail can sit
+  // inside an earlier message of smaller elements, leaving 1..7 bytes that a sender of 8-byte units
+  // never fills exactly, so a full-only check would never reload it and the sender would stall.
+  if (capacity_ - used < 8) {
     // Acquire pairs with the receiver's release in consume(): it finished reading those bytes.
     cachedTail_ = ctrl_->tail.load(std::memory_order_acquire);
     used = head_ - cachedTail_;
