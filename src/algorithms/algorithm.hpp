@@ -15,6 +15,7 @@
 #include "core/op.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"
+#include "topology/comm_topology.hpp"
 #include "transports/shm/shm_group.hpp"
 
 namespace chorus::algo {
@@ -56,6 +57,16 @@ class Context {
   virtual bool zeroCopyEnabled() const = 0;
   /// Tag that identifies this operation's messages on the pipes.
   virtual uint16_t tag() const = 0;
+  /// Hosts and rank placement (hierarchical algorithms group ranks by host).
+  virtual const topo::CommTopology& topology() const = 0;
+
+  // Local data movement of the pipe algorithms goes through these two, so that the simulator
+  // (src/sim), whose Context moves no data, sees it and charges its time.
+  /// dst = src, `bytes` bytes.
+  virtual void localCopy(void* dst, const void* src, size_t bytes);
+  /// dst = op(srcs[0..nsrcs)), `count` elements (kernels::reduce).
+  virtual void localReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type,
+                           ReduceOp op, int avgDivisor);
 };
 
 using AlgorithmFn = void (*)(Context& ctx, const Op& op);
@@ -101,6 +112,7 @@ void allReduceRing(Context&, const Op&);
 void allReduceRecursiveDoubling(Context&, const Op&);
 void allReduceHalvingDoubling(Context&, const Op&);  // Rabenseifner (patterns::halvingDoublingSchedule)
 void allReduceTree(Context&, const Op&);             // double binary tree (patterns::doubleBinaryTree)
+void allReduceHierarchical(Context&, const Op&);     // per-host rings and one ring per rail (ring.hpp)
 void reduceScatterDirect(Context&, const Op&);
 void reduceScatterRing(Context&, const Op&);
 void allGatherDirect(Context&, const Op&);

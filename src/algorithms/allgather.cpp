@@ -49,7 +49,7 @@ void allGatherRing(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t blockBytes = op.count * elem;
   auto block = [&](int i) { return at(op.recv, static_cast<size_t>(i) * op.count, elem); };
-  if (block(r) != op.send) std::memcpy(block(r), op.send, blockBytes);
+  if (block(r) != op.send) ctx.localCopy(block(r), op.send, blockBytes);
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   std::vector<engine::Transfer> ts;
   ts.reserve(static_cast<size_t>(2 * (n - 1)));

@@ -13,7 +13,7 @@ void allReduceRecursiveDoubling(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
   auto* buf = static_cast<std::byte*>(op.recv);
-  if (op.send != op.recv) std::memcpy(buf, op.send, bytes);
+  if (op.send != op.recv) ctx.localCopy(buf, op.send, bytes);
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int rem = n - p;
@@ -38,14 +38,14 @@ void allReduceRecursiveDoubling(Context& ctx, const Op& op) {
   for (int mask = 1; mask < p; mask <<= 1) {
     int pn = newRank ^ mask;
     int partner = pn < rem ? pn * 2 + 1 : pn + rem;
-    std::memcpy(tmp, buf, bytes);  // the partner needs our value from before this step's reduction
+    ctx.localCopy(tmp, buf, bytes);  // the partner needs our value from before this step's reduction
     engine::Transfer ts[2] = {engine::Transfer::send(partner, tmp, bytes, elem, tag),
                               engine::Transfer::recvReduce(partner, buf, buf, bytes, op.type, op.op, 0, tag)};
     ctx.run(ts);
   }
   if (op.op == ReduceOp::Avg) {
     const void* self[1] = {buf};
-    kernels::reduce(buf, self, 1, op.count, op.type, op.op, n);
+    ctx.localReduce(buf, self, 1, op.count, op.type, op.op, n);
   }
   if (r < 2 * rem) {
     engine::Transfer t = engine::Transfer::send(r - 1, buf, bytes, elem, tag);

@@ -177,7 +177,7 @@ void allReduceTree(Context& ctx, const Op& op) {
     for (const Deferred& d : deferred) {
       std::byte* dst = at(out, d.off, elem);
       const void* srcs[2] = {dst, d.tmp};
-      kernels::reduce(dst, srcs, 2, d.len, op.type, op.op, d.div);
+      ctx.localReduce(dst, srcs, 2, d.len, op.type, op.op, d.div);
     }
   }
 }

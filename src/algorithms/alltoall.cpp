@@ -63,7 +63,7 @@ void allToAllPairwise(Context& ctx, const Op& op) {
   const void* send = op.send;
   if (op.send == op.recv) {  // in place: the blocks we still have to send must not be overwritten
     std::byte* copy = ctx.scratch(op.count * elem * static_cast<size_t>(n));
-    std::memcpy(copy, op.send, op.count * elem * static_cast<size_t>(n));
+    ctx.localCopy(copy, op.send, op.count * elem * static_cast<size_t>(n));
     send = copy;
   }
   pairwise(ctx, op, send, counts.data(), displs.data(), counts.data(), displs.data());

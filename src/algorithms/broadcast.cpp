@@ -44,7 +44,7 @@ void broadcastPipeline(Context& ctx, const Op& op) {
   const int pos = mod(r - op.root, n);
   std::vector<engine::Transfer> ts;
   if (pos == 0) {
-    if (op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+    if (op.send != op.recv) ctx.localCopy(op.recv, op.send, bytes);
     ts.push_back(engine::Transfer::send(mod(r + 1, n), op.send, bytes, elem, ctx.tag()));
   } else {
     ts.push_back(engine::Transfer::recv(mod(r - 1, n), op.recv, bytes, elem, ctx.tag()));

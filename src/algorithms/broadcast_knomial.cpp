@@ -25,7 +25,7 @@ void broadcastKnomial(Context& ctx, const Op& op) {
   int arrival = -1;  // the receive the forwarding sends are bound to
   if (r == op.root) {
     src = op.send;
-    if (op.send != op.recv) std::memcpy(op.recv, op.send, bytes);
+    if (op.send != op.recv) ctx.localCopy(op.recv, op.send, bytes);
   } else {
     ts.push_back(engine::Transfer::recv(links.parent, op.recv, bytes, elem, ctx.tag()));
     arrival = 0;

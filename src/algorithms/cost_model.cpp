@@ -1,7 +1,10 @@
 #include "algorithms/cost_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "core/util.hpp"
 
 namespace chorus::algo {
 
@@ -26,22 +29,55 @@ constexpr int kRadix = 4;                       // broadcast_knomial.cpp, reduce
 
 CostModel CostModel::forLinkClass(const std::string& linkClass) {
   CostModel m;
-  m.linkClass = linkClass;
+  m.intra.name = linkClass;
   if (linkClass == "shm-xnuma") {
-    m.wireGBps = 1.0;
+    m.intra.GBps = 1.0;
   } else if (linkClass == "network") {
-    m.alphaUs = 25.0;
-    m.wireGBps = 1.1;
+    m.intra = m.inter;
+    m.hosts = 0;  // unknown: every rank may be on its own host
   }
   return m;
+}
+
+CostModel CostModel::forTopology(const topo::CommTopology& topology, bool emulatedHosts) {
+  topo::LinkClass worstIntra = topo::LinkClass::Self;
+  for (int a = 0; a < topology.size(); ++a) {
+    for (int b = 0; b < topology.size(); ++b) {
+      const topo::LinkClass c = topology.link(a, b);
+      if (c != topo::LinkClass::CrossHost) worstIntra = std::max(worstIntra, c);
+    }
+  }
+  CostModel m =
+      forLinkClass(worstIntra == topo::LinkClass::Self ? "shm-numa" : topo::linkClassName(worstIntra));
+  m.hosts = static_cast<int>(topology.hosts.size());
+  m.ranksPerHost = topology.size() / std::max(m.hosts, 1);
+  for (int r = 0; r < topology.size(); ++r) {
+    if (topology.localSize(r) != m.ranksPerHost) m.ranksPerHost = 0;
+  }
+  if (emulatedHosts) {
+    m.inter = m.intra;
+    m.inter.name = strCat("emulated (", m.intra.name, ")");
+  } else {
+    m.nicGBps = m.inter.GBps;
+  }
+  return m;
+}
+
+std::string CostModel::describe() const {
+  return strCat("intra ", intra.name, " alpha ", intra.alphaUs, " us ", intra.GBps, " GB/s; inter ",
+                inter.name, " alpha ", inter.alphaUs, " us ", inter.GBps, " GB/s",
+                nicGBps > 0 ? strCat(", NIC ", nicGBps, " GB/s") : "", "; reduce ", reduceGBps, " GB/s; ",
+                hosts, " host(s)",
+                ranksPerHost ? strCat(" x ", ranksPerHost, " ranks") : std::string(" of unequal size"));
 }
 
 double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
   if (a.needsSharedMemory) return -1;
   const double B = static_cast<double>(op.messageBytes());
-  const double wire = 1.0 / (wireGBps * 1e3);  // us per byte
+  const LinkCost& link = flatLink();
+  const double wire = 1.0 / (link.GBps * 1e3);  // us per byte
   const double red = 1.0 / (reduceGBps * 1e3);
-  const double al = alphaUs;
+  const double al = link.alphaUs;
   const double fn = n;
   if (n <= 1) return 0;
   const int L = floorLog2(n);
@@ -51,11 +87,39 @@ double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
   switch (op.kind) {
     case OpKind::AllReduce:
       if (name == "ring") return 2 * (fn - 1) * al + 2 * (fn - 1) / fn * B * wire + (fn - 1) / fn * B * red;
-      if (name == "rd")
-        return (L + (pow2 ? 0 : 2)) * al + (L + (pow2 ? 0 : 2)) * B * wire + (L + (pow2 ? 0 : 1)) * B * red;
-      if (name == "rhd") {
-        const double fold = pow2 ? 0 : 2 * al + 2 * B * wire + B * red;
-        return fold + 2 * L * al + 2 * (p - 1) / p * B * wire + (p - 1) / p * B * red;
+      if (name == "rd" || name == "rhd") {
+        // Step by step: the exchange at distance d (in the power-of-two group) crosses hosts when d
+        // reaches the ranks of a host, and then all of a host's ranks share its NIC at once.
+        const auto stepUs = [&](int d, double bytes, bool reduce) {
+          const bool across = hosts > 1 && (ranksPerHost == 0 || d >= ranksPerHost);
+          const LinkCost& l = across ? inter : intra;
+          double gbps = l.GBps;
+          if (across && nicGBps > 0) gbps = std::min(gbps, nicGBps / std::max(ranksPerHost, 1));
+          return l.alphaUs + bytes / (gbps * 1e3) + (reduce ? bytes * red : 0);
+        };
+        // Ranks beyond the power of two fold into a neighbour first and get the result back last.
+        double us = pow2 ? 0 : stepUs(1, B, true) + stepUs(1, B, false);
+        for (int d = 1; d < (1 << L); d *= 2) {
+          if (name == "rd")
+            us += stepUs(d, B, true);
+          else
+            us += stepUs(d, B * d / p, true) + stepUs(d, B * d / p, false);
+        }
+        return us;
+      }
+      if (name == "hier") {
+        // Ring reduce-scatter within each host, ring allreduce of each slice among the ranks of
+        // equal local index (all of a host's ranks share its NIC), ring all-gather within the host.
+        const int G = ranksPerHost, H = hosts;
+        if (H <= 1 || G <= 0) return -1;
+        const double g = G, h = H, slice = B / g;
+        const double wi = 1.0 / (intra.GBps * 1e3);
+        const double perRankInter = nicGBps > 0 ? std::min(inter.GBps, nicGBps / g) : inter.GBps;
+        const double wx = 1.0 / (perRankInter * 1e3);
+        const double local = (g - 1) * (2 * intra.alphaUs + 2 * slice * wi + slice * red);
+        const double across =
+            2 * (h - 1) * inter.alphaUs + 2 * (h - 1) / h * slice * wx + (h - 1) / h * slice * red;
+        return local + across;
       }
       if (name == "tree") {
         const double h = std::ceil(std::log2(fn));

@@ -1,10 +1,13 @@
 // An alpha-beta cost model of the algorithms that move data over point-to-point links (the pipes):
 // each message costs alpha, each byte 1/bandwidth on the wire and 1/reduceBandwidth where it is
-// reduced. Its constants come from the communicator's link class (topology), and the selection uses
-// it where no shared-memory algorithm applies (ranks on several hosts): the cheapest prediction
-// wins, so latency-bound sizes get log-depth algorithms and bandwidth-bound ones the ring,
-// halving-doubling or the chain. The shared-memory algorithms are chosen by the built-in size rules
-// (selection.cpp), measured on real machines; the model gives them no prediction.
+// reduced. There are two levels of links: between ranks of one host (intra) and between hosts
+// (inter, whose bandwidth the ranks of a host share through its NIC). Its constants come from the
+// communicator's topology, and the selection uses it where no shared-memory algorithm applies (ranks
+// on several hosts): the cheapest prediction wins, so latency-bound sizes get log-depth algorithms
+// and bandwidth-bound ones the ring, halving-doubling, the chain or the hierarchical allreduce. The
+// shared-memory algorithms are chosen by the built-in size rules (selection.cpp), measured on real
+// machines; the model gives them no prediction. chorus-sim (src/sim) runs the algorithms' own
+// schedules for a finer prediction.
 #pragma once
 
 #include <string>
@@ -13,18 +16,37 @@
 
 namespace chorus::algo {
 
-struct CostModel {
-  double alphaUs = 1.5;     // per message (latency + software overhead)
-  double wireGBps = 2.0;    // GB/s (1e9 bytes) a rank moves over one link
-  double reduceGBps = 5.0;  // GB/s a rank reduces incoming data into its buffer
-  std::string linkClass = "shm-numa";
+/// One class of link: a per-message cost and the bandwidth one rank gets on it.
+struct LinkCost {
+  std::string name = "shm-numa";  // topo::linkClassName, or a name given by the user
+  double alphaUs = 1.5;           // per message (latency + software overhead)
+  double GBps = 2.0;              // GB/s (1e9 bytes) one rank moves over one link
+};
 
-  /// Defaults for a link class (topo::linkClassName): the pipes between ranks of one host measured on
-  /// the development VM, halved bandwidth across NUMA nodes, a 10 GbE-class network between hosts.
+struct CostModel {
+  LinkCost intra;                        // between ranks of one host
+  LinkCost inter{"network", 25.0, 1.1};  // between hosts
+  double nicGBps = 0;                    // per host, shared by its ranks' inter traffic (0: no limit)
+  double reduceGBps = 5.0;               // GB/s a rank reduces incoming data into its buffer
+  int hosts = 1;                         // hosts of the communicator
+  int ranksPerHost = 0;                  // ranks on every host, 0 when hosts differ
+
+  /// A one-host model whose links are of `linkClass` (topo::linkClassName): the pipes between ranks
+  /// of one host measured on the development VM, halved bandwidth across NUMA nodes; "network" is a
+  /// 10 GbE-class network (then every pair of ranks is taken to be on different hosts).
   static CostModel forLinkClass(const std::string& linkClass);
+  /// The model of a communicator: intra from the slowest link within a host, inter from the network,
+  /// the host shape from the topology. `emulatedHosts` (CHORUS_VIRTUAL_HOSTS): the hosts are blocks
+  /// of ranks of one machine, so inter-host links cost what the intra-host pipes cost.
+  static CostModel forTopology(const topo::CommTopology& topology, bool emulatedHosts);
+
+  /// The link that bounds an algorithm that ignores hosts (inter when there are several hosts).
+  const LinkCost& flatLink() const { return hosts > 1 ? inter : intra; }
+  /// One line: the link constants and the host shape.
+  std::string describe() const;
 
   /// Predicted microseconds of `a` running `op` on `n` ranks; a negative value when the model has no
-  /// formula for it (shared-memory algorithms).
+  /// formula for it (shared-memory algorithms) or it does not apply (hierarchical on one host).
   double predictUs(const Algorithm& a, const Op& op, int n) const;
 };
 

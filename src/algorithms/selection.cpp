@@ -35,6 +35,10 @@ constexpr Algorithm kRegistry[] = {
     {OpKind::AllReduce, "tree",
      "double binary tree: each half reduced up and broadcast down its own tree, in pipelined chunks", false,
      allReduceTree},
+    {OpKind::AllReduce, "hier",
+     "hierarchical: ring reduce-scatter within each host, ring allreduce across hosts per local rank, ring "
+     "all-gather within each host (the flat ring on one host)",
+     false, allReduceHierarchical},
     {OpKind::ReduceScatter, "direct", "each rank reduces its block from every peer's staging area", true,
      reduceScatterDirect},
     {OpKind::ReduceScatter, "ring", "pipelined ring over point-to-point pipes", false, reduceScatterRing},

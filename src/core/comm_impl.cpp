@@ -414,7 +414,7 @@ void CommImpl::executeCollective(const Op& op) {
   if (auto it = decisions_.find(key); it != decisions_.end()) {
     algorithm = it->second;
   } else {
-    algorithm = &algo::select(op, size_, shm_ != nullptr, rules_, model_.get());
+    algorithm = &algo::select(op, size_, shm() != nullptr, rules_, model_.get());
     decisions_[key] = algorithm;
     logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
             formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name, " (",

@@ -75,7 +75,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   size_t memoryBytes() const;
   const Config& config() const { return config_; }
   /// Hosts, rank placement and link classes, found at creation (src/topology).
-  const topo::CommTopology& topology() const { return *topology_; }
+  const topo::CommTopology& topology() const override { return *topology_; }
   /// The cost model of the pipe algorithms for this communicator's links.
   const algo::CostModel& costModel() const { return *model_; }
   /// Timeout given to calls issued from now on (0: config().timeout). Thread-safe.
@@ -83,14 +83,15 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::chrono::milliseconds callTimeout() const { return std::chrono::milliseconds(callTimeoutMs_.load()); }
 
   // algo::Context
-  transport::ShmGroup* shm() override { return shm_.get(); }
+  /// nullptr with emulated hosts: the shared-memory algorithms see several hosts, as on real ones.
+  transport::ShmGroup* shm() override { return emulatedHosts_ ? nullptr : shm_.get(); }
   std::byte* scratch(size_t bytes, int slot = 0) override;
   void run(std::span<engine::Transfer> transfers) override;
   void syncAll() override;
   void llGather(const void* mine, size_t bytes, std::byte* out) override;
   bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
                        std::vector<PeerBuffers>& peers) override;
-  bool zeroCopyEnabled() const override { return zeroCopy_ && shm_ != nullptr; }
+  bool zeroCopyEnabled() const override { return zeroCopy_ && shm_ != nullptr && !emulatedHosts_; }
   int nextStageHalf() override { return stageHalf_ ^= 1; }
   uint16_t tag() const override { return tag_; }
 
@@ -137,7 +138,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::unique_ptr<transport::ShmGroup> shm_;
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
-  std::shared_ptr<const algo::CostModel> model_;  // from the worst link class of the topology
+  std::shared_ptr<const algo::CostModel> model_;  // from the topology's link classes
+  int virtualHosts_ = 0;                          // CHORUS_VIRTUAL_HOSTS, as rank 0 read it
+  bool emulatedHosts_ = false;                    // ranks of this host split into emulated hosts
   std::vector<int> peerPidfds_;                   // -1 where not watched
   uint32_t spinPolls_ = 256;  // 0 when this host runs more ranks than this process may use cores
 

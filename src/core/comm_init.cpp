@@ -81,7 +81,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   if (rank_ == 0) {
     id = randomHex(12);
     store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_,
-                                       " ", config_.checkCalls ? 1 : 0, " ", envConfig().zeroCopy ? 1 : 0));
+                                       " ", config_.checkCalls ? 1 : 0, " ", envConfig().zeroCopy ? 1 : 0,
+                                       " ", envConfig().virtualHosts));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
@@ -89,9 +90,9 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.
     char idBuf[64] = {0};
     unsigned long long stage = 0, fifo = 0;
-    int n = 0, check = 0, zeroCopy = 0;
-    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d %d", idBuf, &stage, &fifo, &n, &check, &zeroCopy) !=
-        6) {
+    int n = 0, check = 0, zeroCopy = 0, virtualHosts = 0;
+    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d %d %d", idBuf, &stage, &fifo, &n, &check, &zeroCopy,
+                    &virtualHosts) != 7) {
       fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
     }
     if (n != size_) {
@@ -103,6 +104,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     config_.shmFifoBytes = fifo;
     config_.checkCalls = check != 0;
     zeroCopy_ = zeroCopy != 0;
+    virtualHosts_ = virtualHosts;
   }
   hosts_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
@@ -123,6 +125,14 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
       }
       if (hostOf[static_cast<size_t>(r)] < 0) hostOf[static_cast<size_t>(r)] = hostCount++;
     }
+    if (virtualHosts_ > 1 && hostCount == 1) {
+      // CHORUS_VIRTUAL_HOSTS: contiguous blocks of ranks play separate hosts.
+      const int h = std::min(virtualHosts_, size_);
+      for (int r = 0; r < size_; ++r)
+        hostOf[static_cast<size_t>(r)] = static_cast<int>(int64_t{r} * h / size_);
+      hostCount = h;
+      emulatedHosts_ = h > 1;
+    }
     try {
       topology_ = std::make_shared<const topo::CommTopology>(
           topo::CommTopology::exchange(*store_, rank_, hostOf, timeout));
@@ -130,13 +140,9 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
       fail(e.code(), strCat("rank ", rank_, ": topology discovery: ", e.what()));
     }
     if (rank_ == 0) logInfo(Subsys::Topo, "topology: ", topology_->describe());
-    // The pipe algorithms are modelled with the slowest link any pair of ranks uses.
-    topo::LinkClass worst = topo::LinkClass::Self;
-    for (int a = 0; a < size_; ++a) {
-      for (int b = 0; b < size_; ++b) worst = std::max(worst, topology_->link(a, b));
-    }
     model_ =
-        std::make_shared<const algo::CostModel>(algo::CostModel::forLinkClass(topo::linkClassName(worst)));
+        std::make_shared<const algo::CostModel>(algo::CostModel::forTopology(*topology_, emulatedHosts_));
+    if (rank_ == 0) logInfo(Subsys::Tuning, "cost model: ", model_->describe());
   }
   for (int r = 0; r < size_; ++r) {
     if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {

@@ -129,6 +129,17 @@ EnvConfig readEnv() {
     else if (s != "1")
       note(strCat("CHORUS_ZERO_COPY='", v, "' must be 0 or 1"));
   }
+  // CHORUS_VIRTUAL_HOSTS: split the ranks of one host into this many emulated hosts (contiguous
+  // blocks of ranks), for testing and validating multi-host algorithms and the tuner on one machine.
+  // Data still moves over shared-memory pipes, but only algorithms that work across hosts are used.
+  if (const char* v = std::getenv("CHORUS_VIRTUAL_HOSTS")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0 || n > 65536)
+      note(strCat("CHORUS_VIRTUAL_HOSTS='", v, "' must be a number of hosts (0 = off)"));
+    else
+      c.virtualHosts = static_cast<int>(n);
+  }
   // CHORUS_FLIGHT_RECORDER: when an operation fails, write the last operations of the communicator
   // to <value>.<communicator id>.<rank> (default: not written; they are always kept).
   if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER")) c.flightRecorderPath = v;

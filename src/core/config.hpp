@@ -24,6 +24,8 @@ struct EnvConfig {
   size_t ntStoreBytes = size_t{4} << 20;
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
+  /// Testing and validation: ranks of one host split into this many emulated hosts (0/1: off).
+  int virtualHosts = 0;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

@@ -114,9 +114,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     const algo::CostModel& model = comms[0].impl()->costModel();
-    std::printf(
-        "\nCost model of the pipe algorithms (link class %s: alpha %.1f us, %.1f GB/s, reduce %.1f GB/s)\n",
-        model.linkClass.c_str(), model.alphaUs, model.wireGBps, model.reduceGBps);
+    std::printf("\nCost model of the pipe algorithms (%s)\n", model.describe().c_str());
     std::printf(
         "  predicted us for %d ranks; * = the choice without shared memory (ranks on several hosts)\n",
         ranks);

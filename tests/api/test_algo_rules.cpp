@@ -280,12 +280,46 @@ TEST(CostModel, CrossoverFollowsTheLinkClass) {
   for (const auto& a : algo::registry()) {
     const double small = m.predictUs(a, opOf(a.kind, 1024, DataType::Uint8), 8);
     const double large = m.predictUs(a, opOf(a.kind, size_t{1} << 24, DataType::Uint8), 8);
-    if (a.needsSharedMemory) {
-      EXPECT_LT(small, 0) << a.name;
+    if (a.needsSharedMemory || std::string(a.name) == "hier") {
+      EXPECT_LT(small, 0) << a.name;  // no formula, or (hierarchical) not on one host
     } else if (a.kind != OpKind::AllToAllv && a.kind != OpKind::Barrier) {
       EXPECT_GT(large, small) << opKindName(a.kind) << " " << a.name;
     }
   }
+}
+
+// Across hosts the model sees the host shape. On 8 hosts x 8 ranks with GPU-class links (NVLink-like
+// within a host, one 50 GB/s NIC per rank across hosts), recursive doubling wins tiny messages,
+// halving-doubling the middle, and the hierarchical allreduce large ones: it crosses hosts in
+// 2 (H-1) steps carrying an eighth of the message each, and does the rest over the fast links. With
+// CPU-class links (shared memory barely faster than the network) it never pays for its intra-host
+// phases, and the flat algorithms win.
+TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
+  algo::CostModel m;
+  m.hosts = 8;
+  m.ranksPerHost = 8;
+  const auto choice = [&](size_t bytes) {
+    return std::string(algo::select(opOf(OpKind::AllReduce, bytes, DataType::Uint8), 64, false, {}, &m).name);
+  };
+  m.nicGBps = m.inter.GBps;
+  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 4) EXPECT_NE(choice(bytes), "hier") << bytes;
+  m.intra = {"nvlink", 3.0, 150.0};
+  m.inter = {"ib", 6.0, 50.0};
+  m.nicGBps = 400;
+  m.reduceGBps = 1000;
+  EXPECT_EQ(choice(8), "rd");
+  EXPECT_EQ(choice(size_t{2} << 20), "rhd");
+  EXPECT_EQ(choice(size_t{32} << 20), "hier");
+  EXPECT_EQ(choice(size_t{512} << 20), "hier");
+  // Hosts of unequal size: no hierarchical prediction.
+  const algo::Algorithm* hier = nullptr;
+  for (const auto& a : algo::registry()) {
+    if (a.kind == OpKind::AllReduce && std::string(a.name) == "hier") hier = &a;
+  }
+  ASSERT_NE(hier, nullptr);
+  m.ranksPerHost = 0;
+  EXPECT_LT(m.predictUs(*hier, opOf(OpKind::AllReduce, 1 << 20, DataType::Uint8), 64), 0);
+  EXPECT_NE(choice(size_t{512} << 20), "hier");
 }
 
 // Rules still come first, and with shared memory the built-in size rules decide.

@@ -1,0 +1,16 @@
+// The default local data movement of algo::Context: the CPU kernels.
+#include "algorithms/algorithm.hpp"
+#include "kernels/cpu/reduce.hpp"
+
+namespace chorus::algo {
+
+void Context::localCopy(void* dst, const void* src, size_t bytes) {
+  if (bytes) kernels::copy(dst, src, bytes);
+}
+
+void Context::localReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type,
+                          ReduceOp op, int avgDivisor) {
+  kernels::reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
+}
+
+}  // namespace chorus::algo
