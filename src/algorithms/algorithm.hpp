@@ -62,7 +62,7 @@ class Context {
 
   // Local data movement of the pipe algorithms goes through these two, so that the simulator
   // (src/sim), whose Context moves no data, sees it and charges its time.
-  /// dst = src, `bytes` bytes.
+  /// dst = src, `bytes` bytes (the ranges may overlap).
   virtual void localCopy(void* dst, const void* src, size_t bytes);
   /// dst = op(srcs[0..nsrcs)), `count` elements (kernels::reduce).
   virtual void localReduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type,

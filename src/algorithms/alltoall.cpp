@@ -38,7 +38,7 @@ void pairwise(Context& ctx, const Op& op, const void* send, const size_t* sendCo
                 " elements to itself but expects ", recvCounts[R]);
   }
   if (sendCounts[R] && at(send, sendDispls[R], elem) != at(op.recv, recvDispls[R], elem)) {
-    std::memmove(at(op.recv, recvDispls[R], elem), at(send, sendDispls[R], elem), sendCounts[R] * elem);
+    ctx.localCopy(at(op.recv, recvDispls[R], elem), at(send, sendDispls[R], elem), sendCounts[R] * elem);
   }
   std::vector<engine::Transfer> ts;
   ts.reserve(static_cast<size_t>(2 * (n - 1)));

@@ -130,7 +130,11 @@ int main(int argc, char** argv) {
         op.type = DataType::Uint8;
         op.count = s;
         const bool chosen = &algo::select(op, ranks, false, rules, &model) == &a;
-        std::printf(" %10.1f%s", model.predictUs(a, op, ranks), chosen ? "*" : " ");
+        const double us = model.predictUs(a, op, ranks);
+        if (us < 0)
+          std::printf(" %10s ", "-");  // does not apply (hierarchical on one host)
+        else
+          std::printf(" %10.1f%s", us, chosen ? "*" : " ");
       }
       std::printf("\n");
     }
