@@ -13,9 +13,12 @@ void allReduceHierarchical(Context& ctx, const Op& op) {
   const topo::CommTopology& topo = ctx.topology();
   const int n = ctx.size(), me = ctx.rank();
   const int hosts = static_cast<int>(topo.hosts.size());
-  const int local = topo.localSize(me);
   bool uniform = hosts > 1 && topo.size() == n;
-  for (int r = 0; uniform && r < n; ++r) uniform = topo.localSize(r) == local;
+  std::vector<int> perHost(static_cast<size_t>(hosts), 0);
+  for (int r = 0; uniform && r < n; ++r)
+    ++perHost[static_cast<size_t>(topo.ranks[static_cast<size_t>(r)].host)];
+  const int local = uniform ? perHost[static_cast<size_t>(topo.ranks[static_cast<size_t>(me)].host)] : 0;
+  for (int c : perHost) uniform = uniform && c == local;
   if (!uniform) return allReduceRing(ctx, op);
 
   const size_t elem = dataTypeSize(op.type);

@@ -88,10 +88,12 @@ double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
     case OpKind::AllReduce:
       if (name == "ring") return 2 * (fn - 1) * al + 2 * (fn - 1) / fn * B * wire + (fn - 1) / fn * B * red;
       if (name == "rd" || name == "rhd") {
-        // Step by step: the exchange at distance d (in the power-of-two group) crosses hosts when d
-        // reaches the ranks of a host, and then all of a host's ranks share its NIC at once.
+        // Step by step: with hosts of G contiguous ranks, the exchange at distance d (in the
+        // power-of-two group) stays within every host only when G is a multiple of 2d; otherwise
+        // some pairs cross hosts and the step waits for them, with all of a host's ranks sharing
+        // its NIC at once.
         const auto stepUs = [&](int d, double bytes, bool reduce) {
-          const bool across = hosts > 1 && (ranksPerHost == 0 || d >= ranksPerHost);
+          const bool across = hosts > 1 && (ranksPerHost == 0 || ranksPerHost % (2 * d) != 0);
           const LinkCost& l = across ? inter : intra;
           double gbps = l.GBps;
           if (across && nicGBps > 0) gbps = std::min(gbps, nicGBps / std::max(ranksPerHost, 1));

@@ -43,13 +43,17 @@ std::byte* fakeBuffer(int which) { return reinterpret_cast<std::byte*>(uintptr_t
 
 class RecordingContext final : public algo::Context {
  public:
-  RecordingContext(int rank, int size, const topo::CommTopology& topo, const Machine& m, Program& out)
-      : rank_(rank), size_(size), topo_(topo), m_(m), out_(out) {}
+  RecordingContext(int rank, int size, const topo::CommTopology& topo, const Machine& m, Program& out,
+                   size_t maxTransfers)
+      : rank_(rank), size_(size), topo_(topo), m_(m), out_(out), maxTransfers_(maxTransfers) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   transport::ShmGroup* shm() override { return nullptr; }
   std::byte* scratch(size_t, int slot) override { return fakeBuffer(2 + slot); }
   void run(std::span<engine::Transfer> transfers) override {
+    if (out_.xfers.size() + transfers.size() > maxTransfers_)
+      throw NotSimulated{strCat("too large: rank ", rank_, "'s schedule holds more than ", maxTransfers_,
+                                " messages (the simulator's state for all ranks is limited to about 4 GB)")};
     Stage st;
     st.first = out_.xfers.size();
     st.count = transfers.size();
@@ -85,33 +89,36 @@ class RecordingContext final : public algo::Context {
   const topo::CommTopology& topo_;
   const Machine& m_;
   Program& out_;
+  size_t maxTransfers_;
   double pendingUs_ = 0;
 };
 
 // ---- Replay: a discrete-event simulation, chunk by chunk ----------------------------------------
 
-enum class Ev : uint8_t { StageStart, SendChunkDone, Arrival, RecvChunkDone };
+enum class Ev : uint8_t { StageStart, SendNic, SendChunkDone, Arrival, RecvChunkDone };
 
 struct Event {
   double t;
   uint64_t seq;
   Ev type;
+  bool nicPassed;  // Arrival: already through the receiving host's NIC
   int rank;
-  size_t x;  // transfer (global index) or stream key's index
+  size_t x;          // transfer (global index); Arrival: the stream key
+  size_t bytes = 0;  // Arrival: the chunk's size
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
 struct XState {
-  uint32_t chunksDone = 0;  // sends: chunks through the engine; receives: chunks processed
-  size_t bytesDone = 0;     // receives: bytes processed (what bound sends wait on)
-  bool inService = false;   // a chunk of it is being served
+  double engineEnd = 0;    // sends: when the chunk in service leaves the engine
+  size_t chunksDone = 0;   // sends: chunks through the engine; receives: chunks processed
+  size_t bytesDone = 0;    // receives: bytes processed (what bound sends wait on)
+  bool inService = false;  // a chunk of it is being served
   bool complete = false;
 };
 
 struct Stream {
-  std::vector<double> arrivals;  // arrival times of chunks, in order
-  size_t consumed = 0;           // chunks taken by receives
-  std::deque<size_t> posted;     // receives (global index) waiting on this stream, in order
+  std::deque<size_t> arrived;  // sizes of the chunks arrived and not yet taken, in order
+  std::deque<size_t> posted;   // receives (global index) waiting on this stream, in order
 };
 
 class Simulation {
@@ -168,9 +175,12 @@ class Simulation {
     for (size_t g = 0; g < xs_.size(); ++g) {
       if (xfer(g).kind == engine::TransferKind::Send) chunks += chunkCount(xfer(g).bytes);
     }
-    if (chunks > maxChunks)
-      fail(chorusInvalidArgument, strCat("the simulation would move ", chunks, " chunks (limit ", maxChunks,
-                                         "): use a larger chunk size or fewer ranks"));
+    if (chunks > maxChunks) {
+      Result res;
+      res.why = strCat("too large: the simulation would move ", chunks, " chunks (limit ", maxChunks,
+                       "): use a larger chunk size or fewer ranks");
+      return res;
+    }
     for (int r = 0; r < static_cast<int>(progs_.size()); ++r) startStage(r, 0.0);
     while (!queue_.empty()) {
       const Event e = queue_.top();
@@ -180,11 +190,14 @@ class Simulation {
         case Ev::StageStart:
           beginStage(e.rank);
           break;
+        case Ev::SendNic:
+          sendNic(e);
+          break;
         case Ev::SendChunkDone:
           sendChunkDone(e.x);
           break;
         case Ev::Arrival:
-          arrival(e.x);
+          arrival(e);
           break;
         case Ev::RecvChunkDone:
           recvChunkDone(e.x);
@@ -220,7 +233,9 @@ class Simulation {
     if (a == b) return nullptr;
     return hostOf(a) == hostOf(b) ? &m_.intra : &m_.inter;
   }
-  void push(double t, Ev type, int rank, size_t x) { queue_.push(Event{t, seq_++, type, rank, x}); }
+  void push(double t, Ev type, int rank, size_t x, size_t bytes = 0, bool nicPassed = false) {
+    queue_.push(Event{t, seq_++, type, nicPassed, rank, x, bytes});
+  }
   uint64_t streamKey(int from, int to) const {
     return static_cast<uint64_t>(from) * progs_.size() + static_cast<uint64_t>(to);
   }
@@ -284,17 +299,23 @@ class Simulation {
     s.inService = true;
     const LinkModel* l = link(r, x.peer);
     double& eng = engineFree_[static_cast<size_t>(r)];
-    double start = std::max(now_, eng);
+    const double start = std::max(now_, eng);
     const double engineUs = l ? static_cast<double>(c) / (l->sendGBps * 1e3) * slow_ : 0.0;
-    double end = start + engineUs;
-    if (l == &m_.inter && m_.nicGBps > 0) {
-      double& nic = nicTx_[static_cast<size_t>(hostOf(r))];
-      const double nicStart = std::max(start, nic);
-      nic = nicStart + static_cast<double>(c) / (m_.nicGBps * 1e3);
-      end = std::max(end, nic);
-    }
     eng = start + engineUs;
-    push(end, Ev::SendChunkDone, r, g);
+    s.engineEnd = eng;
+    if (l == &m_.inter && m_.nicGBps > 0) {
+      // The host's NIC is booked when the chunk starts through the engine, in the order chunks
+      // get there (an event at that time keeps the NIC first come, first served).
+      push(start, Ev::SendNic, r, g, c);
+    } else {
+      push(eng, Ev::SendChunkDone, r, g);
+    }
+  }
+
+  void sendNic(const Event& e) {
+    double& nic = nicTx_[static_cast<size_t>(hostOf(e.rank))];
+    nic = std::max(now_, nic) + static_cast<double>(e.bytes) / (m_.nicGBps * 1e3);
+    push(std::max(nic, xs_[e.x].engineEnd), Ev::SendChunkDone, e.rank, e.x);
   }
 
   void sendChunkDone(size_t g) {
@@ -306,8 +327,7 @@ class Simulation {
     const LinkModel* l = link(r, x.peer);
     const uint64_t k = streamKey(r, x.peer);
     const double arrive = now_ + (l ? l->alphaUs * latencyScale_ : 0.0);
-    pendingArrival_.push_back(Arrival{k, chunkSize(x.bytes, i), false});
-    push(arrive, Ev::Arrival, x.peer, pendingArrival_.size() - 1);
+    push(arrive, Ev::Arrival, x.peer, k, chunkSize(x.bytes, i));
     if (s.chunksDone == chunkCount(x.bytes)) {
       const size_t next = pipeNext_[g];
       transferDone(g);
@@ -318,31 +338,35 @@ class Simulation {
   }
 
   // A chunk reaches its receiver; one between hosts passes the receiving host's NIC first.
-  void arrival(size_t idx) {
-    Arrival& a = pendingArrival_[idx];
-    const int from = static_cast<int>(a.key / progs_.size()), to = static_cast<int>(a.key % progs_.size());
-    if (!a.nicPassed && hostOf(from) != hostOf(to) && m_.nicGBps > 0) {
+  void arrival(const Event& e) {
+    const uint64_t key = e.x;
+    const int from = static_cast<int>(key / progs_.size()), to = static_cast<int>(key % progs_.size());
+    if (!e.nicPassed && hostOf(from) != hostOf(to) && m_.nicGBps > 0) {
       double& nic = nicRx_[static_cast<size_t>(hostOf(to))];
-      nic = std::max(now_, nic) + static_cast<double>(a.bytes) / (m_.nicGBps * 1e3);
-      a.nicPassed = true;
-      push(nic, Ev::Arrival, to, idx);
+      nic = std::max(now_, nic) + static_cast<double>(e.bytes) / (m_.nicGBps * 1e3);
+      push(nic, Ev::Arrival, to, key, e.bytes, true);
       return;
     }
-    streams_[a.key].arrivals.push_back(now_);
-    pump(a.key);
+    streams_[key].arrived.push_back(e.bytes);
+    pump(key);
   }
 
   // Receives on stream k take the chunks that have arrived, one chunk in service at a time.
   void pump(uint64_t k) {
     Stream& st = streams_[k];
-    if (st.posted.empty() || st.consumed >= st.arrivals.size()) return;
+    if (st.posted.empty() || st.arrived.empty()) return;
     const size_t g = st.posted.front();
     XState& s = xs_[g];
     if (s.inService) return;
     const int r = owner_[g];
     const Xfer& x = xfer(g);
     const size_t c = chunkSize(x.bytes, s.chunksDone);
-    ++st.consumed;
+    if (st.arrived.front() != c) {
+      fail(chorusInternalError,
+           strCat("simulation: rank ", r, " expects a chunk of ", c, " bytes (message of ", x.bytes,
+                  " bytes) from rank ", x.peer, " but it sent ", st.arrived.front()));
+    }
+    st.arrived.pop_front();
     s.inService = true;
     const LinkModel* l = link(x.peer, r);
     double us = static_cast<double>(c) / ((l ? l->recvGBps : m_.copyGBps) * 1e3);
@@ -378,12 +402,6 @@ class Simulation {
   std::vector<double> engineFree_, finish_, nicTx_, nicRx_;
   std::vector<size_t> stage_, outstanding_;
   std::unordered_map<uint64_t, Stream> streams_;
-  struct Arrival {
-    uint64_t key;
-    size_t bytes;
-    bool nicPassed;
-  };
-  std::vector<Arrival> pendingArrival_;
   std::vector<size_t> waitG_;  // sends: the receive (global index) they are bound to
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   double now_ = 0, slow_ = 1, latencyScale_ = 1;
@@ -422,9 +440,12 @@ Result simulate(const algo::Algorithm& a, const Op& op, const Machine& m, size_t
   Op o = op;
   o.send = fakeBuffer(0);
   o.recv = fakeBuffer(1);
+  // Each recorded message costs about 100 bytes of simulator state: keep all ranks' schedules
+  // within a few GB.
+  const size_t maxTransfers = (size_t{40} << 20) / static_cast<size_t>(n) + 64;
   try {
     for (int r = 0; r < n; ++r) {
-      RecordingContext ctx(r, n, topo, m, programs[static_cast<size_t>(r)]);
+      RecordingContext ctx(r, n, topo, m, programs[static_cast<size_t>(r)], maxTransfers);
       a.run(ctx, o);
       ctx.finish();
     }

@@ -69,8 +69,9 @@ struct Result {
   std::string why;         // when not simulated
 };
 
-/// Simulates `a` on `op` (count, type, root) on machine `m`. Algorithms that need the shared-memory
-/// area (direct, ll, ...) are not simulated. Throws chorus::Error if `maxChunks` would be exceeded.
+/// Simulates `a` on `op` (count, type, root) on machine `m`. Not simulated (Result::why says so):
+/// algorithms that need the shared-memory area (direct, ll, ...), and runs whose recorded schedules
+/// or chunk count exceed the simulator's limits (`maxChunks`; about 40 Mi messages over all ranks).
 Result simulate(const algo::Algorithm& a, const Op& op, const Machine& m,
                 size_t maxChunks = size_t{400} << 20);
 

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--nic-bw", nicBw, "override: NIC rate of a host per direction, GB/s (0: unlimited)");
   app.add_flag("--csv", csv, "print size,algorithm,us,busbw lines");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // one line per size as it is simulated
   try {
     sim::Machine m;
     m.hosts = hosts;
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
       std::printf("bytes,algorithm,us,busbw\n");
     }
     std::string prevBest;
-    std::vector<std::string> crossovers;
+    std::vector<std::string> crossovers, notes;
     for (double s = static_cast<double>(*lo); s <= static_cast<double>(*hi) * 1.0001; s *= factor) {
       const size_t bytes = std::max<size_t>(4, static_cast<size_t>(s) / 4 * 4);
       Op op;
@@ -112,7 +113,10 @@ int main(int argc, char** argv) {
       size_t best = SIZE_MAX;
       for (size_t i = 0; i < chosen.size(); ++i) {
         const sim::Result r = sim::simulate(*chosen[i], op, m);
-        if (!r.simulated) continue;
+        if (!r.simulated) {
+          notes.push_back(strCat(chosen[i]->name, " at ", formatBytes(bytes), ": not simulated, ", r.why));
+          continue;
+        }
         us[i] = r.us;
         if (best == SIZE_MAX || r.us < us[best]) best = i;
       }
@@ -123,9 +127,13 @@ int main(int argc, char** argv) {
         continue;
       }
       std::printf("%12s", formatBytes(bytes).c_str());
-      for (size_t i = 0; i < chosen.size(); ++i)
-        std::printf(" %12.1f %7.2f%s", us[i], sim::busBandwidth(kind, bytes, n, us[i]),
-                    i == best ? "*" : " ");
+      for (size_t i = 0; i < chosen.size(); ++i) {
+        if (us[i] < 0)
+          std::printf(" %12s %7s ", "-", "-");
+        else
+          std::printf(" %12.1f %7.2f%s", us[i], sim::busBandwidth(kind, bytes, n, us[i]),
+                      i == best ? "*" : " ");
+      }
       std::printf("  %s\n", best == SIZE_MAX ? "-" : chosen[best]->name);
       if (best != SIZE_MAX) {
         if (!prevBest.empty() && prevBest != chosen[best]->name)
@@ -137,6 +145,7 @@ int main(int argc, char** argv) {
     if (!csv) {
       std::printf("# crossovers: %s\n", crossovers.empty() ? "none" : "");
       for (const auto& c : crossovers) std::printf("#   %s\n", c.c_str());
+      for (const auto& note : notes) std::printf("# %s\n", note.c_str());
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "chorus-sim: %s\n", e.what());
