@@ -20,6 +20,8 @@
 
 namespace chorus::algo {
 
+struct CostModel;
+
 /// What an algorithm may use. Implemented by the communicator for the duration of one operation.
 class Context {
  public:
@@ -59,6 +61,9 @@ class Context {
   virtual uint16_t tag() const = 0;
   /// Hosts and rank placement (hierarchical algorithms group ranks by host).
   virtual const topo::CommTopology& topology() const = 0;
+  /// The cost model of this communicator's links, from which algorithms take tuned parameters (the
+  /// tree's chunk size); nullptr: use built-in defaults.
+  virtual const CostModel* costModel() const { return nullptr; }
 
   // Local data movement of the pipe algorithms goes through these two, so that the simulator
   // (src/sim), whose Context moves no data, sees it and charges its time.
@@ -97,7 +102,6 @@ std::vector<Rule> parseRules(const std::string& text);
 
 /// The algorithm for `op` on a communicator of `nranks` ranks: the first matching rule, else the
 /// built-in choice. `haveShm`: all ranks share a host.
-struct CostModel;
 /// The algorithm for `op`: the first matching rule (CHORUS_ALGO), else with shared memory the built-in
 /// size rules, else (ranks on several hosts) the cheapest prediction of `model` when one is given,
 /// else the built-in fallbacks.

@@ -22,13 +22,14 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/patterns/patterns.hpp"
 
 namespace chorus::algo {
 
 namespace {
 
-constexpr size_t kChunkBytes = size_t{128} << 10;
+constexpr size_t kChunkBytes = size_t{128} << 10;  // without a cost model
 
 // One tree of the double binary tree, with every rank's height.
 struct Tree {
@@ -80,7 +81,10 @@ void allReduceTree(Context& ctx, const Op& op) {
   const auto me = static_cast<size_t>(r);
   const size_t elem = dataTypeSize(op.type);
   const size_t line = cacheLineElems(elem);
-  const size_t chunkElems = std::max(line, kChunkBytes / elem / line * line);
+  // The chunk size is the cost model's pipelining optimum for this size and rank count.
+  const algo::CostModel* model = ctx.costModel();
+  const size_t chunkBytes = model ? model->treeChunkBytes(op.count * elem, n) : kChunkBytes;
+  const size_t chunkElems = std::max(line, chunkBytes / elem / line * line);
 
   Tree trees[2];
   for (int w = 0; w < 2; ++w) {

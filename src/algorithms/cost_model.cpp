@@ -22,8 +22,7 @@ int ceilLog(int n, int k) {
   return d;
 }
 
-constexpr double kTreeChunkBytes = 128 * 1024;  // allreduce_tree.cpp
-constexpr int kRadix = 4;                       // broadcast_knomial.cpp, reduce_knomial.cpp
+constexpr int kRadix = 4;  // broadcast_knomial.cpp, reduce_knomial.cpp
 
 }  // namespace
 
@@ -54,6 +53,16 @@ CostModel CostModel::forTopology(const topo::CommTopology& topology, bool emulat
   for (int r = 0; r < topology.size(); ++r) {
     if (topology.localSize(r) != m.ranksPerHost) m.ranksPerHost = 0;
   }
+  // More ranks than cores on a host: every round of the tree waits for the scheduler. Measured on
+  // the 2-core development VM with 4 ranks, an extra round cost about 25 us (16 MiB in 128 KiB
+  // chunks against 512 KiB chunks: 48 more rounds, 1.2 ms more).
+  int cores = 0;
+  for (const topo::HostTopology& h : topology.hosts) {
+    if (h.cores > 0) cores = cores ? std::min(cores, h.cores) : h.cores;
+  }
+  int busiest = 0;
+  for (int r = 0; r < topology.size(); ++r) busiest = std::max(busiest, topology.localSize(r));
+  if (cores > 0 && busiest > cores) m.roundUs = 12.5 * busiest / cores;
   if (emulatedHosts) {
     m.inter = m.intra;
     m.inter.name = strCat("emulated (", m.intra.name, ")");
@@ -123,14 +132,7 @@ double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
             2 * (h - 1) * inter.alphaUs + 2 * (h - 1) / h * slice * wx + (h - 1) / h * slice * red;
         return local + across;
       }
-      if (name == "tree") {
-        const double h = std::ceil(std::log2(fn));
-        const double chunks = std::ceil(B / 2 / kTreeChunkBytes);
-        // Rounds of chunks moving up and down both trees. Each rank sends its half up each tree
-        // (B in all), and where it is interior forwards that tree's half to two children (B) while
-        // reducing what two children sent (B).
-        return (chunks + 2 * h) * al + 2 * B * wire + B * red;
-      }
+      if (name == "tree") return treeUs(B, n, static_cast<double>(treeChunkBytes(op.messageBytes(), n)));
       break;
     case OpKind::ReduceScatter:
       if (name == "ring") return (fn - 1) * (al + B * wire + B * red);
@@ -165,6 +167,34 @@ double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
       break;
   }
   return -1;
+}
+
+double CostModel::treeUs(double B, int n, double chunk) const {
+  const LinkCost& link = flatLink();
+  const double wire = 1.0 / (link.GBps * 1e3), red = 1.0 / (reduceGBps * 1e3);
+  const double h = std::ceil(std::log2(static_cast<double>(n)));
+  // Rounds of chunks moving up and down both trees: each half of the message is cut into chunks,
+  // and it takes 2h rounds to fill and drain the pipeline. In a round a rank that is interior in
+  // one tree and a leaf in the other receives and reduces two children's chunks, sends one up,
+  // receives one down and sends two down in the first tree, and sends one up and receives one down
+  // in the second: 4 chunks on the wire each way and 2 reduced.
+  const double chunks = std::ceil(B / 2 / chunk);
+  return (chunks + 2 * h) * (link.alphaUs + roundUs + chunk * (4 * wire + 2 * red));
+}
+
+size_t CostModel::treeChunkBytes(size_t bytes, int n) const {
+  // The pipelining trade-off: more chunks cost more alphas, larger ones a longer fill and drain.
+  size_t best = kMinTreeChunk;
+  double bestUs = -1;
+  for (size_t c = kMinTreeChunk; c <= kMaxTreeChunk; c *= 2) {
+    const double us = treeUs(static_cast<double>(bytes), std::max(n, 2), static_cast<double>(c));
+    if (bestUs < 0 || us < bestUs) {
+      best = c;
+      bestUs = us;
+    }
+    if (c >= bytes / 2) break;  // one chunk per half already
+  }
+  return best;
 }
 
 const Algorithm* cheapest(const CostModel& model, const Op& op, int n) {

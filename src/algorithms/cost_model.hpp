@@ -30,6 +30,9 @@ struct CostModel {
   double reduceGBps = 5.0;               // GB/s a rank reduces incoming data into its buffer
   int hosts = 1;                         // hosts of the communicator
   int ranksPerHost = 0;                  // ranks on every host, 0 when hosts differ
+  /// Extra cost of each synchronised round of a pipelined algorithm (the tree) beyond alpha: with
+  /// more ranks than cores, a round waits for the scheduler to run every rank in it.
+  double roundUs = 0;
 
   /// A one-host model whose links are of `linkClass` (topo::linkClassName): the pipes between ranks
   /// of one host measured on the development VM, halved bandwidth across NUMA nodes; "network" is a
@@ -44,6 +47,15 @@ struct CostModel {
   const LinkCost& flatLink() const { return hosts > 1 ? inter : intra; }
   /// One line: the link constants and the host shape.
   std::string describe() const;
+
+  /// The chunk size (a power of two in [kMinTreeChunk, kMaxTreeChunk]) for which the double binary
+  /// tree allreduce of `bytes` on `n` ranks is predicted fastest: the pipelining optimum between
+  /// per-chunk latency and pipeline fill.
+  size_t treeChunkBytes(size_t bytes, int n) const;
+  static constexpr size_t kMinTreeChunk = size_t{4} << 10;
+  static constexpr size_t kMaxTreeChunk = size_t{16} << 20;
+  /// The tree's predicted microseconds for `bytes` on `n` ranks in chunks of `chunk` bytes.
+  double treeUs(double bytes, int n, double chunk) const;
 
   /// Predicted microseconds of `a` running `op` on `n` ranks; a negative value when the model has no
   /// formula for it (shared-memory algorithms) or it does not apply (hierarchical on one host).

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "algorithms/cost_model.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/tsan_sync.hpp"
@@ -417,8 +418,11 @@ void CommImpl::executeCollective(const Op& op) {
     algorithm = &algo::select(op, size_, shm() != nullptr, rules_, model_.get());
     decisions_[key] = algorithm;
     logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
-            formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name, " (",
-            algorithm->description, ")");
+            formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name,
+            std::string_view(algorithm->name) == "tree"
+                ? strCat(" in chunks of ", formatBytes(model_->treeChunkBytes(bytes, size_)))
+                : std::string(),
+            " (", algorithm->description, ")");
   }
   curOp_ = &op;
   curAlgo_ = algorithm->name;

@@ -77,7 +77,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// Hosts, rank placement and link classes, found at creation (src/topology).
   const topo::CommTopology& topology() const override { return *topology_; }
   /// The cost model of the pipe algorithms for this communicator's links.
-  const algo::CostModel& costModel() const { return *model_; }
+  const algo::CostModel* costModel() const override { return model_.get(); }
   /// Timeout given to calls issued from now on (0: config().timeout). Thread-safe.
   void setCallTimeout(std::chrono::milliseconds timeout) { callTimeoutMs_.store(timeout.count()); }
   std::chrono::milliseconds callTimeout() const { return std::chrono::milliseconds(callTimeoutMs_.load()); }

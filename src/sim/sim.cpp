@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "algorithms/cost_model.hpp"
 #include "core/error.hpp"
 #include "core/util.hpp"
 
@@ -45,7 +46,26 @@ class RecordingContext final : public algo::Context {
  public:
   RecordingContext(int rank, int size, const topo::CommTopology& topo, const Machine& m, Program& out,
                    size_t maxTransfers)
-      : rank_(rank), size_(size), topo_(topo), m_(m), out_(out), maxTransfers_(maxTransfers) {}
+      : rank_(rank),
+        size_(size),
+        topo_(topo),
+        m_(m),
+        out_(out),
+        maxTransfers_(maxTransfers),
+        model_(modelOf(m)) {}
+
+  /// The library's cost model for the simulated machine, so that tuned parameters (the tree's
+  /// chunk size) are chosen as a communicator on that machine would choose them.
+  static algo::CostModel modelOf(const Machine& m) {
+    algo::CostModel c;
+    c.intra = {m.intra.name, m.intra.alphaUs, m.intra.sendGBps};
+    c.inter = {m.inter.name, m.inter.alphaUs, m.inter.sendGBps};
+    c.nicGBps = m.nicGBps;
+    c.reduceGBps = m.reduceGBps;
+    c.hosts = m.hosts;
+    c.ranksPerHost = m.ranksPerHost;
+    return c;
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   transport::ShmGroup* shm() override { return nullptr; }
@@ -72,6 +92,7 @@ class RecordingContext final : public algo::Context {
   bool zeroCopyEnabled() const override { return false; }
   uint16_t tag() const override { return 1; }
   const topo::CommTopology& topology() const override { return topo_; }
+  const algo::CostModel* costModel() const override { return &model_; }
   void localCopy(void*, const void*, size_t bytes) override {
     pendingUs_ += static_cast<double>(bytes) / (m_.copyGBps * 1e3);
   }
@@ -90,6 +111,7 @@ class RecordingContext final : public algo::Context {
   const Machine& m_;
   Program& out_;
   size_t maxTransfers_;
+  algo::CostModel model_;
   double pendingUs_ = 0;
 };
 

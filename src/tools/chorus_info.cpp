@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       for (size_t s : kSizes) std::printf(" %10s", decide(k, s, ranks, rules));
       std::printf("\n");
     }
-    const algo::CostModel& model = comms[0].impl()->costModel();
+    const algo::CostModel& model = *comms[0].impl()->costModel();
     std::printf("\nCost model of the pipe algorithms (%s)\n", model.describe().c_str());
     std::printf(
         "  predicted us for %d ranks; * = the choice without shared memory (ranks on several hosts)\n",

@@ -292,8 +292,8 @@ TEST(CostModel, CrossoverFollowsTheLinkClass) {
 // within a host, one 50 GB/s NIC per rank across hosts), recursive doubling wins tiny messages,
 // halving-doubling the middle, and the hierarchical allreduce large ones: it crosses hosts in
 // 2 (H-1) steps carrying an eighth of the message each, and does the rest over the fast links. With
-// CPU-class links (shared memory barely faster than the network) it never pays for its intra-host
-// phases, and the flat algorithms win.
+// CPU-class links (shared memory barely faster than the network) the largest messages go to the
+// flat ring, which crosses each NIC once per step without serialising three phases.
 TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
   algo::CostModel m;
   m.hosts = 8;
@@ -302,7 +302,8 @@ TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
     return std::string(algo::select(opOf(OpKind::AllReduce, bytes, DataType::Uint8), 64, false, {}, &m).name);
   };
   m.nicGBps = m.inter.GBps;
-  for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 4) EXPECT_NE(choice(bytes), "hier") << bytes;
+  EXPECT_EQ(choice(8), "rd");
+  EXPECT_EQ(choice(size_t{256} << 20), "ring");
   m.intra = {"nvlink", 3.0, 150.0};
   m.inter = {"ib", 6.0, 50.0};
   m.nicGBps = 400;
@@ -320,6 +321,30 @@ TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
   m.ranksPerHost = 0;
   EXPECT_LT(m.predictUs(*hier, opOf(OpKind::AllReduce, 1 << 20, DataType::Uint8), 64), 0);
   EXPECT_NE(choice(size_t{512} << 20), "hier");
+}
+
+// The tree's chunk size is the pipelining optimum: it grows with the message, and with the cost of
+// a round (alpha, or a scheduler's round on oversubscribed cores), and stays in its bounds.
+TEST(CostModel, TreeChunkFollowsMessageSizeAndRoundCost) {
+  algo::CostModel m;
+  size_t prev = 0;
+  for (size_t bytes = 1024; bytes <= (size_t{1} << 30); bytes *= 4) {
+    const size_t c = m.treeChunkBytes(bytes, 8);
+    EXPECT_GE(c, prev) << bytes;
+    EXPECT_GE(c, algo::CostModel::kMinTreeChunk);
+    EXPECT_LE(c, algo::CostModel::kMaxTreeChunk);
+    EXPECT_EQ(c & (c - 1), 0u) << c;
+    prev = c;
+  }
+  const size_t plain = m.treeChunkBytes(size_t{16} << 20, 4);
+  m.roundUs = 25;
+  EXPECT_GT(m.treeChunkBytes(size_t{16} << 20, 4), plain);
+  // The chosen chunk is never predicted slower than the chunks next to it.
+  const double big = static_cast<double>(size_t{64} << 20);
+  const size_t c = m.treeChunkBytes(size_t{64} << 20, 16);
+  const double at = m.treeUs(big, 16, static_cast<double>(c));
+  EXPECT_LE(at, m.treeUs(big, 16, static_cast<double>(c / 2)));
+  EXPECT_LE(at, m.treeUs(big, 16, static_cast<double>(c * 2)));
 }
 
 // Rules still come first, and with shared memory the built-in size rules decide.

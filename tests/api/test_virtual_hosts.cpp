@@ -92,7 +92,7 @@ bool tunerChoicesAgree() {
   std::string choice[2];
   {
     auto comms = Communicator::createLocal(n, configFor(""));
-    const algo::CostModel& model = comms[0].impl()->costModel();
+    const algo::CostModel& model = *comms[0].impl()->costModel();
     for (int s = 0; s < 2; ++s) {
       Op op;
       op.kind = OpKind::AllReduce;
@@ -151,7 +151,7 @@ bool tunerChoicesAgree() {
       const topo::CommTopology& t = comms[0].impl()->topology();
       const bool ok = static_cast<int>(t.hosts.size()) == hosts &&
                       t.link(0, n - 1) == topo::LinkClass::CrossHost &&
-                      comms[0].impl()->costModel().hosts == hosts;
+                      comms[0].impl()->costModel()->hosts == hosts;
       std::fprintf(stderr, "%d ranks: %s; %s\n", n, t.shape().c_str(), ok ? "ok" : "WRONG");
       if (!ok) ++bad;
     }
