@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/tsan_sync.hpp"
+#include "transports/tcp/tcp_transport.hpp"
 
 namespace chorus {
 
@@ -294,6 +295,8 @@ void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
     lastError_ = message;
   }
   if (shm_) shm_->publishFailure(code, message);
+  if (localShm_) localShm_->publishFailure(code, message);
+  if (net_) net_->publishFailure(message);
 }
 
 void CommImpl::abort() {
@@ -341,12 +344,12 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
     }
   }
   opDeadline_ = opStart_ + opTimeout_;
-  if (shm_) {
+  {
     // A peer that already failed (or aborted) fails this call too, even where the algorithm would
     // find every message it needs already published (low-latency exchanges wait for nothing else).
     std::string text;
     chorusResult_t code = chorusRemoteError;
-    if (int peer = shm_->findPeerFailure(&code, &text); peer >= 0) {
+    if (int peer = findPeerFailure(&code, &text); peer >= 0) {
       curOp_ = ops.empty() ? nullptr : &ops.front();
       fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
            strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
@@ -479,7 +482,16 @@ engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();
-  engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
+  if (!net_) {
+    engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
+    return;
+  }
+  try {
+    engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
+  } catch (const transport::PeerError& e) {
+    // The transport names the peer; the operation is named here.
+    fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
+  }
 }
 
 void CommImpl::syncAll() {
@@ -582,10 +594,42 @@ std::byte* CommImpl::scratch(size_t bytes, int slot) {
   return s.ptr;
 }
 
-transport::SendPipe& CommImpl::sendPipe(int peer) { return shm_->sendPipe(peer); }
-transport::RecvPipe& CommImpl::recvPipe(int peer) { return shm_->recvPipe(peer); }
+transport::SendPipe& CommImpl::sendPipe(int peer) {
+  if (shm_) return shm_->sendPipe(peer);
+  const int local = localIndex_[static_cast<size_t>(peer)];
+  return local >= 0 ? localShm_->sendPipe(local) : net_->sendPipe(peer);
+}
+transport::RecvPipe& CommImpl::recvPipe(int peer) {
+  if (shm_) return shm_->recvPipe(peer);
+  const int local = localIndex_[static_cast<size_t>(peer)];
+  return local >= 0 ? localShm_->recvPipe(local) : net_->recvPipe(peer);
+}
 
-size_t CommImpl::memoryBytes() const { return (shm_ ? shm_->ownBytes() : 0) + scratchBytes_.load(); }
+size_t CommImpl::memoryBytes() const {
+  return (shm_ ? shm_->ownBytes() : 0) + (localShm_ ? localShm_->ownBytes() : 0) +
+         (net_ ? net_->memoryBytes() : 0) + scratchBytes_.load();
+}
+
+int CommImpl::findPeerFailure(chorusResult_t* code, std::string* text) {
+  if (shm_) return shm_->findPeerFailure(code, text);
+  if (localShm_) {
+    if (int local = localShm_->findPeerFailure(code, text); local >= 0)
+      return localRanks_[static_cast<size_t>(local)];
+  }
+  if (net_) {
+    *code = chorusRemoteError;
+    return net_->findPeerFailure(text);
+  }
+  return -1;
+}
+
+void CommImpl::sleepIdle(std::chrono::microseconds duration) {
+  if (net_) {
+    net_->waitReadable(duration);
+  } else {
+    engine::Health::sleepIdle(duration);
+  }
+}
 
 // ---- Health --------------------------------------------------------------------------------------
 
@@ -593,10 +637,10 @@ void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
   if (abortRequested_.load()) {
     fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: the communicator was aborted"));
   }
-  if (shm_) {
+  {
     std::string text;
     chorusResult_t code = chorusRemoteError;
-    int peer = shm_->findPeerFailure(&code, &text);
+    int peer = findPeerFailure(&code, &text);
     if (peer >= 0) {
       // A peer's timeout is this rank's timeout too (same missing ranks); anything else is remote.
       fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,

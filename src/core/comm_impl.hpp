@@ -36,6 +36,9 @@ namespace chorus {
 namespace topo {
 struct CommTopology;
 }
+namespace transport {
+class TcpTransport;
+}
 
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
  public:
@@ -102,10 +105,14 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   // engine::Health
   bool abortRequested() const override { return abortRequested_.load(std::memory_order_relaxed); }
   void checkHealth(engine::FunctionRef<bool(int)> waitingOn) override;
+  void sleepIdle(std::chrono::microseconds duration) override;
 
  private:
   CommImpl(int rank, int size, const Config& config);
   void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
+  void initMultiHost(const std::vector<bool>& remote, const std::string& id);
+  /// A peer (on this host or another) that published a failure: its rank, or -1.
+  int findPeerFailure(chorusResult_t* code, std::string* text);
 
   struct Task {
     uint64_t ticket = 0;
@@ -135,7 +142,13 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::vector<algo::Rule> rules_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<void> keepAlive_;
-  std::unique_ptr<transport::ShmGroup> shm_;
+  std::unique_ptr<transport::ShmGroup> shm_;  // every rank on this host (single-host communicators)
+  // Communicators that span hosts: the ranks of this host share `localShm_` (indexed by
+  // localIndex_), the others are reached through `net_`.
+  std::unique_ptr<transport::ShmGroup> localShm_;
+  std::vector<int> localIndex_;  // rank -> index in localShm_, -1 on other hosts
+  std::vector<int> localRanks_;  // index in localShm_ -> rank
+  std::unique_ptr<transport::TcpTransport> net_;
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
   std::shared_ptr<const algo::CostModel> model_;  // from the topology's link classes

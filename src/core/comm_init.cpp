@@ -16,6 +16,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "topology/comm_topology.hpp"
+#include "transports/tcp/net_interfaces.hpp"
+#include "transports/tcp/tcp_transport.hpp"
 
 namespace chorus {
 
@@ -144,16 +146,11 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
         std::make_shared<const algo::CostModel>(algo::CostModel::forTopology(*topology_, emulatedHosts_));
     if (rank_ == 0) logInfo(Subsys::Tuning, "cost model: ", model_->describe());
   }
-  for (int r = 0; r < size_; ++r) {
-    if (!hosts_[static_cast<size_t>(r)].sameHost(me)) {
-      fail(chorusInvalidUsage,
-           strCat("rank ", rank_, " (", me.hostname, ") and rank ", r, " (",
-                  hosts_[static_cast<size_t>(r)].hostname,
-                  ") are on different hosts or network namespaces; this build of Chorus has only the "
-                  "shared-memory transport, so all ranks must share one host"));
-    }
-  }
-  if (size_ > 1) {
+  std::vector<bool> remote(static_cast<size_t>(size_), false);
+  for (int r = 0; r < size_; ++r)
+    remote[static_cast<size_t>(r)] = !hosts_[static_cast<size_t>(r)].sameHost(me);
+  const bool multiHost = std::find(remote.begin(), remote.end(), true) != remote.end();
+  if (size_ > 1 && !multiHost) {
     transport::ShmGroupOptions options;
     options.jobTag = id;
     commId_ = id;
@@ -161,6 +158,9 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
     shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
+  } else if (multiHost) {
+    commId_ = id;
+    initMultiHost(remote, id);
   }
   // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.
   cpu_set_t cpus;
@@ -175,6 +175,55 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   }
   logInfo(Subsys::Init, "rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ",
           timeout.count(), " ms)");
+}
+
+void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string& id) {
+  const EnvConfig& env = envConfig();
+  if (env.net == "ucx" || env.net == "ib") {
+    fail(chorusInvalidUsage,
+         strCat(
+             "rank ", rank_, ": CHORUS_NET=", env.net, " asks for the ",
+             env.net == "ucx" ? "UCX" : "RDMA verbs",
+             " transport, which this build of Chorus does not have yet; unset CHORUS_NET or set it to tcp"));
+  }
+  // Peers on this host talk through a shared-memory group of their own (local index order).
+  localIndex_.assign(static_cast<size_t>(size_), -1);
+  for (int r = 0; r < size_; ++r) {
+    if (!remote[static_cast<size_t>(r)]) {
+      localIndex_[static_cast<size_t>(r)] = static_cast<int>(localRanks_.size());
+      localRanks_.push_back(r);
+    }
+  }
+  if (localRanks_.size() > 1) {
+    transport::ShmGroupOptions options;
+    options.jobTag = strCat(id, "h", localRanks_.front());
+    options.fifoBytes = config_.shmFifoBytes;
+    options.stageBytes = config_.shmStageBytes;
+    options.timeout = config_.timeout;
+    auto hostStore = makePrefixStore(strCat("host", localRanks_.front(), "/"), store_);
+    localShm_ = std::make_unique<transport::ShmGroup>(*hostStore, localIndex_[static_cast<size_t>(rank_)],
+                                                      static_cast<int>(localRanks_.size()), options);
+  }
+  transport::TcpOptions tcp;
+  tcp.commId = id;
+  tcp.streams = env.socketStreams;
+  tcp.ringBytes = env.socketBufferBytes;
+  tcp.frameBytes = std::min<size_t>(size_t{512} << 10, env.socketBufferBytes / 2);
+  tcp.checksum = env.socketChecksum;
+  tcp.ifname = env.socketIfname;
+  tcp.family = transport::parseFamily(env.socketFamily);
+  tcp.timeout = config_.timeout;
+  try {
+    net_ = std::make_unique<transport::TcpTransport>(*store_, rank_, size_, remote, tcp);
+  } catch (const Error& e) {
+    fail(e.code(), strCat("rank ", rank_, ": setting up the TCP transport: ", e.what()));
+  }
+  if (rank_ == 0) {
+    logInfo(Subsys::Net, "ranks on other hosts connect over TCP (", tcp.streams, " stream(s) per pair, ",
+            formatBytes(tcp.ringBytes), " rings", tcp.checksum ? ", CRC-32C on every frame" : "",
+            "); rank 0 advertises ", net_->describeLocal(),
+            "; UCX and RDMA verbs transports are not in this build yet");
+  }
 }
 
 std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Config& config) {

@@ -1,5 +1,6 @@
 #include "core/config.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -77,8 +78,9 @@ EnvConfig readEnv() {
   // CHORUS_DEBUG_SUBSYS: which subsystems INFO and TRACE messages come from (default ALL).
   if (const char* v = std::getenv("CHORUS_DEBUG_SUBSYS")) {
     if (!parseSubsystems(v, &c.logSubsystems)) {
-      note(strCat("CHORUS_DEBUG_SUBSYS='", v,
-                  "' is not a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM, ALL (a leading ^ excludes)"));
+      note(strCat(
+          "CHORUS_DEBUG_SUBSYS='", v,
+          "' is not a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM, NET, ALL (a leading ^ excludes)"));
     }
   }
   // CHORUS_TIMEOUT: seconds (may be fractional) any single wait may take (default 300).
@@ -139,6 +141,50 @@ EnvConfig readEnv() {
       note(strCat("CHORUS_VIRTUAL_HOSTS='", v, "' must be a number of hosts (0 = off)"));
     else
       c.virtualHosts = static_cast<int>(n);
+  }
+  // CHORUS_NET: the transport between hosts: tcp (the default and, for now, the only one built).
+  if (const char* v = std::getenv("CHORUS_NET")) {
+    std::string s = v;
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s == "tcp" || s == "ucx" || s == "ib" || s.empty())
+      c.net = s;
+    else
+      note(strCat("CHORUS_NET='", v, "' is not one of tcp, ucx, ib"));
+  }
+  // CHORUS_SOCKET_IFNAME: which interfaces the TCP transport may use (NCCL's syntax: prefixes, a
+  // leading ^ excludes, a leading = matches exact names). CHORUS_SOCKET_FAMILY: 4 or 6.
+  if (const char* v = std::getenv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = std::getenv("CHORUS_SOCKET_FAMILY")) {
+    std::string s = v;
+    if (s == "4" || s == "AF_INET" || s == "ipv4" || s == "6" || s == "AF_INET6" || s == "ipv6" || s.empty())
+      c.socketFamily = s;
+    else
+      note(strCat("CHORUS_SOCKET_FAMILY='", v, "' must be 4 or 6 (AF_INET or AF_INET6)"));
+  }
+  // CHORUS_SOCKET_NSTREAMS: TCP connections per pair of ranks on different hosts (default 1, max 16).
+  if (const char* v = std::getenv("CHORUS_SOCKET_NSTREAMS")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 16)
+      note(strCat("CHORUS_SOCKET_NSTREAMS='", v, "' must be a number from 1 to 16"));
+    else
+      c.socketStreams = static_cast<int>(n);
+  }
+  // CHORUS_SOCKET_CHECKSUM: 1 adds a CRC-32C to every TCP frame, checked by the receiver (default 0).
+  if (const char* v = std::getenv("CHORUS_SOCKET_CHECKSUM")) {
+    std::string s = v;
+    if (s == "1")
+      c.socketChecksum = true;
+    else if (s != "0")
+      note(strCat("CHORUS_SOCKET_CHECKSUM='", v, "' must be 0 or 1"));
+  }
+  // CHORUS_SOCKET_BUFFER_BYTES: the TCP transport's ring per direction and peer (default 4M, min 64K).
+  if (const char* v = std::getenv("CHORUS_SOCKET_BUFFER_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30))
+      note(strCat("CHORUS_SOCKET_BUFFER_BYTES='", v, "' must be a size between 64K and 1G"));
+    else
+      c.socketBufferBytes = *b;
   }
   // CHORUS_FLIGHT_RECORDER: when an operation fails, write the last operations of the communicator
   // to <value>.<communicator id>.<rank> (default: not written; they are always kept).

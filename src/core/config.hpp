@@ -26,6 +26,13 @@ struct EnvConfig {
   bool zeroCopy = true;
   /// Testing and validation: ranks of one host split into this many emulated hosts (0/1: off).
   int virtualHosts = 0;
+  /// Transport between hosts ("" = the best available) and the TCP transport's settings.
+  std::string net;
+  std::string socketIfname;
+  std::string socketFamily;
+  int socketStreams = 1;
+  bool socketChecksum = false;
+  size_t socketBufferBytes = size_t{4} << 20;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

@@ -15,11 +15,9 @@ struct SubsysName {
   Subsys s;
   const char* name;
 };
-constexpr SubsysName kNames[] = {{Subsys::Init, "INIT"},
-                                 {Subsys::Bootstrap, "BOOTSTRAP"},
-                                 {Subsys::Topo, "TOPO"},
-                                 {Subsys::Tuning, "TUNING"},
-                                 {Subsys::Shm, "SHM"}};
+constexpr SubsysName kNames[] = {{Subsys::Init, "INIT"}, {Subsys::Bootstrap, "BOOTSTRAP"},
+                                 {Subsys::Topo, "TOPO"}, {Subsys::Tuning, "TUNING"},
+                                 {Subsys::Shm, "SHM"},   {Subsys::Net, "NET"}};
 }  // namespace
 
 const char* subsysName(Subsys s) {

@@ -18,8 +18,9 @@ enum class Subsys : unsigned {
   Topo = 1u << 2,       // topology discovery
   Tuning = 1u << 3,     // algorithm decisions
   Shm = 1u << 4,        // shared-memory transport
+  Net = 1u << 5,        // network transports
 };
-constexpr unsigned kAllSubsystems = 0x1F;
+constexpr unsigned kAllSubsystems = 0x3F;
 const char* subsysName(Subsys s);
 /// Parses a CHORUS_DEBUG_SUBSYS value into a mask; false (mask untouched) if a name is unknown.
 bool parseSubsystems(const std::string& text, unsigned* mask);

@@ -45,6 +45,8 @@ class Health {
   /// communicator was aborted, a peer published a failure, or the process of a peer that
   /// `waitingOn(rank)` says we still need has died (a peer that finished and exited is fine).
   virtual void checkHealth(FunctionRef<bool(int)> waitingOn) = 0;
+  /// How an idle waiter sleeps (a transport with sockets waits for them instead).
+  virtual void sleepIdle(std::chrono::microseconds duration);
 };
 
 inline void cpuRelax() {
