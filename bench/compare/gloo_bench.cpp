@@ -130,6 +130,7 @@ struct Options {
   int root = 0;
   bool json = false;
   std::string storeDir;
+  std::string iface;  // Gloo's TCP device on this interface (default: 127.0.0.1)
 };
 
 struct UsageError : std::runtime_error {
@@ -596,7 +597,8 @@ void printUsage() {
       "  -r, --root N            root of broadcast (default 0)\n"
       "      --json              also print each row as a JSON object\n"
       "      --store-dir DIR     FileStore directory, fresh for every run\n"
-      "                          (default: /tmp/chorus-compare-gloo-<CHORUS_STORE_ADDR>)\n");
+      "                          (default: /tmp/chorus-compare-gloo-<CHORUS_STORE_ADDR>)\n"
+      "      --iface NAME        Gloo's TCP device on this interface (default: 127.0.0.1)\n");
 }
 
 // Returns false after --help.
@@ -614,6 +616,7 @@ bool parseArgs(int argc, char** argv, Options& o, bool quiet) {
                                  {"root", required_argument, nullptr, 'r'},
                                  {"json", no_argument, nullptr, 'J'},
                                  {"store-dir", required_argument, nullptr, 'S'},
+                                 {"iface", required_argument, nullptr, 'I'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   std::string minText = "32M", maxText = "32M", stepText = "1M";
@@ -663,6 +666,9 @@ bool parseArgs(int argc, char** argv, Options& o, bool quiet) {
         break;
       case 'J':
         o.json = true;
+        break;
+      case 'I':
+        o.iface = optarg;
         break;
       case 'S':
         o.storeDir = optarg;
@@ -715,8 +721,9 @@ int main(int argc, char** argv) {
   int rank = 0;
   int size = 1;
   try {
-    rank = envInt("CHORUS_RANK", 0);
-    size = envInt("CHORUS_WORLD_SIZE", 1);
+    // chorusrun's variables, else torchrun's (bench/net/run starts ranks in network namespaces).
+    rank = envInt("CHORUS_RANK", envInt("RANK", 0));
+    size = envInt("CHORUS_WORLD_SIZE", envInt("WORLD_SIZE", 1));
     if (rank >= size) throw UsageError("CHORUS_RANK must be below CHORUS_WORLD_SIZE");
     // Gloo's ring classes need a left and a right peer.
     if (size < 2) throw UsageError("needs at least 2 ranks: run it under chorusrun -n N (N >= 2)");
@@ -742,7 +749,10 @@ int main(int argc, char** argv) {
     storeDir = storeDirFor(o);
     ownStoreDir = prepareStoreDir(storeDir, rank);
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    if (o.iface.empty())
+      attr.hostname = "127.0.0.1";
+    else
+      attr.iface = o.iface;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(kGlooTimeout);

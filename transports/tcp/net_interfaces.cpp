@@ -82,7 +82,7 @@ int parseFamily(const std::string& text) {
 }
 
 NetInterface selectInterface(const std::vector<NetInterface>& candidates, const std::string& filter,
-                             int family) {
+                             int family, bool allowLoopback) {
   const NetInterface* best = nullptr;
   auto rank = [](const NetInterface& n) {  // lower is better
     if (n.address.family() == AF_INET) return 0;
@@ -91,7 +91,7 @@ NetInterface selectInterface(const std::vector<NetInterface>& candidates, const 
   std::string seen;
   for (const NetInterface& n : candidates) {
     const char* why = nullptr;
-    if (n.loopback)
+    if (n.loopback && !allowLoopback)
       why = "loopback";
     else if (family != AF_UNSPEC && n.address.family() != family)
       why = "other address family";

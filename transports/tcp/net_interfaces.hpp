@@ -41,8 +41,9 @@ int parseFamily(const std::string& text);
 
 /// The address this rank advertises (rules above). Throws chorusSystemError listing the interfaces
 /// that were seen and why each was passed over, when none qualifies.
+/// `allowLoopback` (tests on one host only) lets a loopback address qualify.
 NetInterface selectInterface(const std::vector<NetInterface>& candidates, const std::string& filter,
-                             int family);
+                             int family, bool allowLoopback = false);
 
 /// "169.254.1.2" / "fe80::1" (numeric, no port, no brackets, no scope).
 std::string addressText(const net::SocketAddress& a);

@@ -535,7 +535,8 @@ TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector
   if (options_.streams < 1) options_.streams = 1;
   options_.ringBytes = std::max(options_.ringBytes, 2 * options_.frameBytes);
   const auto deadline = Clock::now() + options_.timeout;
-  const NetInterface iface = selectInterface(listInterfaces(), options_.ifname, options_.family);
+  const NetInterface iface =
+      selectInterface(listInterfaces(), options_.ifname, options_.family, options_.allowLoopback);
 
   // Listen on the chosen address.
   net::SocketAddress bindAddr = iface.address;

@@ -49,6 +49,8 @@ struct TcpOptions {
   std::string ifname;  // CHORUS_SOCKET_IFNAME filter
   int family = 0;      // AF_UNSPEC, AF_INET or AF_INET6
   std::chrono::milliseconds timeout{300'000};
+  /// Tests only: accept the loopback interface (never advertised to another host otherwise).
+  bool allowLoopback = false;
 };
 
 class TcpConnection;
