@@ -20,6 +20,18 @@ class SendPipe {
   virtual std::span<std::byte> reserve() = 0;
   /// Publishes the first n bytes written into the last reserve() span (n <= its size).
   virtual void commit(size_t n) = 0;
+  /// Committed bytes may wait in this process until flush() (a transport that batches small
+  /// commits into one network message); the engine flushes after every step that committed.
+  virtual void flush() {}
+  /// Whether write() can send straight from the caller's memory (a socket), sparing the copy
+  /// through reserve()/commit(). The engine then sends large payloads with write() only.
+  virtual bool direct() const { return false; }
+  /// Takes up to n bytes (a multiple of `granule`, which it keeps) straight from `data`; returns
+  /// how many it took, 0 when it cannot now (the caller retries later).
+  virtual size_t write(const std::byte* data, size_t n, size_t granule) {
+    (void)data, (void)n, (void)granule;
+    return 0;
+  }
 };
 
 class RecvPipe {
@@ -29,6 +41,14 @@ class RecvPipe {
   virtual std::span<const std::byte> peek() = 0;
   /// Releases the first n bytes of the last peek() span back to the sender (n <= its size).
   virtual void consume(size_t n) = 0;
+  /// Whether read() can receive straight into the caller's memory.
+  virtual bool direct() const { return false; }
+  /// Only when peek() is empty: receives up to n bytes (a multiple of `granule`) straight into
+  /// `dst`; returns how many, 0 when none are ready.
+  virtual size_t read(std::byte* dst, size_t n, size_t granule) {
+    (void)dst, (void)n, (void)granule;
+    return 0;
+  }
 };
 
 }  // namespace chorus::transport

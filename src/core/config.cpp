@@ -178,7 +178,8 @@ EnvConfig readEnv() {
     else if (s != "0")
       note(strCat("CHORUS_SOCKET_CHECKSUM='", v, "' must be 0 or 1"));
   }
-  // CHORUS_SOCKET_BUFFER_BYTES: the TCP transport's ring per direction and peer (default 4M, min 64K).
+  // CHORUS_SOCKET_BUFFER_BYTES: the TCP transport's ring per direction and peer (default 512K, min
+  // 64K). Frames are half of it (at most 512K): small enough to be reduced while still in cache.
   if (const char* v = std::getenv("CHORUS_SOCKET_BUFFER_BYTES")) {
     auto b = parseByteSize(v);
     if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30))

@@ -32,7 +32,7 @@ struct EnvConfig {
   std::string socketFamily;
   int socketStreams = 1;
   bool socketChecksum = false;
-  size_t socketBufferBytes = size_t{4} << 20;
+  size_t socketBufferBytes = size_t{512} << 10;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

@@ -14,6 +14,10 @@ namespace {
 
 size_t padOf(size_t bytes) { return alignUp(bytes, 8) - bytes; }
 
+// Payloads at least this large go through a direct pipe's write()/read() (no copy through its
+// buffer); smaller ones are batched with their header through reserve()/commit().
+constexpr size_t kDirectBytes = size_t{64} << 10;
+
 const char* kindName(TransferKind k) {
   return k == TransferKind::Send   ? "send to"
          : k == TransferKind::Recv ? "receive from"
@@ -33,10 +37,21 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
     moved = true;
   }
   if (t.phase == 1) {
+    const bool direct = pipe.direct() && t.bytes >= kDirectBytes;
     while (t.done < t.bytes) {
       size_t limit = t.bytes;
       if (t.waitFor >= 0) limit = std::min(limit, all[static_cast<size_t>(t.waitFor)].done);
       if (limit <= t.done) break;
+      if (direct) {
+        size_t want = limit - t.done;
+        want -= want % t.elemSize;
+        if (want == 0) break;
+        const size_t n = pipe.write(t.src + t.done, want, t.elemSize);
+        if (n == 0) break;
+        t.done += n;
+        moved = true;
+        continue;
+      }
       std::span<std::byte> s = pipe.reserve();
       size_t n = std::min(s.size(), limit - t.done);
       n -= n % t.elemSize;
@@ -52,12 +67,16 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
     size_t pad = padOf(t.bytes);
     if (pad) {
       std::span<std::byte> s = pipe.reserve();
-      if (s.size() < pad) return moved;
+      if (s.size() < pad) {
+        if (moved) pipe.flush();
+        return moved;
+      }
       pipe.commit(pad);
     }
     t.phase = 3;
     moved = true;
   }
+  if (moved) pipe.flush();
   return moved;
 }
 
@@ -82,8 +101,16 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::funct
     moved = true;
   }
   if (t.phase == 1) {
+    const bool direct = t.kind == TransferKind::Recv && pipe.direct() && t.bytes >= kDirectBytes;
     while (t.done < t.bytes) {
       std::span<const std::byte> s = pipe.peek();
+      if (s.empty() && direct) {
+        const size_t n = pipe.read(t.dst + t.done, t.bytes - t.done, t.elemSize);
+        if (n == 0) break;
+        t.done += n;
+        moved = true;
+        continue;
+      }
       size_t n = std::min(s.size(), t.bytes - t.done);
       n -= n % t.elemSize;
       if (n == 0) break;

@@ -73,11 +73,12 @@ for ((h = 0; h < hosts; h++)); do
       { echo "tc tbf failed" >&2; exit 1; }
   fi
 done
-# The bridge forwards once its ports leave the listening state (immediately: no STP).
-for ((h = 1; h < hosts; h++)); do
-  for i in $(seq 50); do
-    ip netns exec "${tag}h$h" ping -c1 -W1 169.254.77.1 >/dev/null 2>&1 && break
-    sleep 0.1
+# Wait until every bridge port forwards (state 3; at once without STP, but the port comes up
+# asynchronously).
+for ((h = 0; h < hosts; h++)); do
+  for i in $(seq 100); do
+    [ "$(ip netns exec "$sw" cat "/sys/class/net/h$h/brport/state" 2>/dev/null)" = 3 ] && break
+    sleep 0.05
   done
 done
 

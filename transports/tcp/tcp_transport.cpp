@@ -135,6 +135,11 @@ class TcpConnection {
     explicit SendSide(TcpConnection& c) : c_(c) {}
     std::span<std::byte> reserve() override { return c_.reserve(); }
     void commit(size_t n) override { c_.commit(n); }
+    void flush() override { c_.flush(); }
+    bool direct() const override { return true; }
+    size_t write(const std::byte* data, size_t n, size_t granule) override {
+      return c_.write(data, n, granule);
+    }
 
    private:
     TcpConnection& c_;
@@ -144,6 +149,8 @@ class TcpConnection {
     explicit RecvSide(TcpConnection& c) : c_(c) {}
     std::span<const std::byte> peek() override { return c_.peek(); }
     void consume(size_t n) override { c_.consume(n); }
+    bool direct() const override { return true; }
+    size_t read(std::byte* dst, size_t n, size_t granule) override { return c_.read(dst, n, granule); }
 
    private:
     TcpConnection& c_;
@@ -181,13 +188,18 @@ class TcpConnection {
   }
   void commit(size_t n) {
     sendHead_.store(sendHead_.load(std::memory_order_relaxed) + n, std::memory_order_seq_cst);
+  }
+  void flush() {
     tryPush();
     if (sendPending() && !armed_.load(std::memory_order_seq_cst)) requestHelp();
   }
+  size_t write(const std::byte* data, size_t n, size_t granule);
+  size_t read(std::byte* dst, size_t n, size_t granule);
   std::span<const std::byte> peek() {
     const uint64_t tail = recvTail_.load(std::memory_order_relaxed);
     uint64_t head = recvHead_.load(std::memory_order_acquire);
-    if (head == tail) {
+    // Less than a header or an element: read more (the engine cannot use a partial one).
+    if (head - tail < 8) {
       pull();
       head = recvHead_.load(std::memory_order_acquire);
       if (head == tail) throwIfRecvFailed();
@@ -234,6 +246,10 @@ class TcpConnection {
     state_.store(kBroken);
   }
   bool startInFrame(InFrame& f);
+  /// Reads frame headers (in order) without payloads; returns whether any byte was read.
+  bool pullHeaders();
+  /// Publishes how far the ring holds contiguous, usable bytes.
+  void publishHead();
   bool readPayload(size_t s, InFrame& f);
 
   const int self_;
@@ -433,33 +449,49 @@ bool TcpConnection::readPayload(size_t s, InFrame& f) {
   return true;
 }
 
+bool TcpConnection::pullHeaders() {
+  const size_t streams = in_.size();
+  bool progressed = false;
+  // Start frames in order: frame k's header is read from stream k % streams.
+  while (state_.load() == kOpen) {
+    InFrame& f = in_[nextInFrame_ % streams];
+    if (f.active) break;
+    if (f.headerGot < sizeof(FrameHeader)) {
+      const size_t before = f.headerGot;
+      const bool ok = startInFrame(f);
+      progressed = progressed || f.headerGot != before;
+      if (!ok || f.headerGot < sizeof(FrameHeader)) break;
+    }
+    if (!f.failureNotice) {
+      const uint64_t used = nextInOffset_ + f.header.length - recvTail_.load(std::memory_order_acquire);
+      if (used > cap_) break;  // wait for the engine to consume
+    }
+    f.offset = nextInOffset_;
+    f.length = f.header.length;
+    f.got = 0;
+    f.active = true;
+    ++nextInFrame_;
+    if (!f.failureNotice) nextInOffset_ += f.length;
+    progressed = true;
+  }
+  return progressed;
+}
+
+void TcpConnection::publishHead() {
+  uint64_t head = nextInOffset_;
+  for (const InFrame& f : in_) {
+    // A checksummed frame becomes visible only once verified.
+    if (f.active && !f.failureNotice)
+      head = std::min<uint64_t>(head, f.offset + (f.header.type == kFrameDataCrc ? 0 : f.got));
+  }
+  recvHead_.store(head, std::memory_order_release);
+}
+
 void TcpConnection::pull() {
   const size_t streams = in_.size();
   for (;;) {
     if (state_.load() != kOpen) break;
-    bool progressed = false;
-    // Start frames in order: frame k's header is read from stream k % streams.
-    for (;;) {
-      InFrame& f = in_[nextInFrame_ % streams];
-      if (f.active) break;
-      if (f.headerGot < sizeof(FrameHeader)) {
-        const size_t before = f.headerGot;
-        const bool ok = startInFrame(f);
-        progressed = progressed || f.headerGot != before;
-        if (!ok || f.headerGot < sizeof(FrameHeader)) break;
-      }
-      if (!f.failureNotice) {
-        const uint64_t used = nextInOffset_ + f.header.length - recvTail_.load(std::memory_order_acquire);
-        if (used > cap_) break;  // wait for the engine to consume
-      }
-      f.offset = nextInOffset_;
-      f.length = f.header.length;
-      f.got = 0;
-      f.active = true;
-      ++nextInFrame_;
-      if (!f.failureNotice) nextInOffset_ += f.length;
-      progressed = true;
-    }
+    bool progressed = pullHeaders();
     for (size_t s = 0; s < streams && state_.load() == kOpen; ++s) {
       InFrame& f = in_[s];
       if (!f.active) continue;
@@ -470,13 +502,108 @@ void TcpConnection::pull() {
     }
     if (!progressed) break;
   }
-  uint64_t head = nextInOffset_;
-  for (const InFrame& f : in_) {
-    // A checksummed frame becomes visible only once verified.
-    if (f.active && !f.failureNotice)
-      head = std::min<uint64_t>(head, f.offset + (f.header.type == kFrameDataCrc ? 0 : f.got));
+  publishHead();
+}
+
+size_t TcpConnection::read(std::byte* dst, size_t n, size_t granule) {
+  const uint64_t tail = recvTail_.load(std::memory_order_relaxed);
+  if (recvHead_.load(std::memory_order_acquire) != tail) return 0;  // use peek() first
+  pullHeaders();
+  // The frame whose payload comes next in the stream, if it is being read and unchecked.
+  InFrame* next = nullptr;
+  size_t stream = 0;
+  for (size_t s = 0; s < in_.size(); ++s) {
+    InFrame& f = in_[s];
+    if (f.active && !f.failureNotice && f.offset + f.got == tail) {
+      next = &f;
+      stream = s;
+    }
   }
-  recvHead_.store(head, std::memory_order_release);
+  if (!next || next->header.type == kFrameDataCrc) {
+    // Nothing to read in place (or it must be checked first): the ring path takes it.
+    pull();
+    if (recvHead_.load(std::memory_order_acquire) == tail) throwIfRecvFailed();
+    return 0;
+  }
+  InFrame& f = *next;
+  const size_t want = std::min<size_t>(n, f.length - f.got);
+  const ssize_t r = ::recv(socks_[stream].get(), dst, want, MSG_DONTWAIT);
+  if (r == 0) {
+    setRecvBroken("the peer closed the connection in the middle of a message (it exited or was killed)");
+    throwIfRecvFailed();
+  }
+  if (r < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      setRecvBroken(net::errnoText("recv", errno));
+      throwIfRecvFailed();
+    }
+    return 0;
+  }
+  // Whole granules count; the bytes of a partial one also go to the ring, where the engine
+  // finds them with the rest of that element.
+  const auto got = static_cast<size_t>(r);
+  const size_t whole = got - got % granule;
+  for (size_t i = whole; i < got; ++i) recvRing_[static_cast<size_t>((tail + i) % cap_)] = dst[i];
+  f.got += static_cast<uint32_t>(got);
+  if (f.got == f.length) {
+    f.active = false;
+    f.headerGot = 0;
+  }
+  recvTail_.store(tail + whole, std::memory_order_release);
+  publishHead();
+  return whole;
+}
+
+size_t TcpConnection::write(const std::byte* data, size_t n, size_t granule) {
+  throwIfSendFailed();
+  std::lock_guard lk(sendMu_);
+  if (sendShut_) return 0;
+  pushLocked();
+  const uint64_t head = sendHead_.load(std::memory_order_relaxed);
+  OutFrame& f = out_[nextOutFrame_ % out_.size()];
+  // In order: everything committed before must have been dealt into frames, and the stream of
+  // the next frame must be free.
+  if (nextOutOffset_ != head || f.active) return 0;
+  const uint64_t used = head - sendTail_.load(std::memory_order_relaxed);
+  size_t len = std::min<size_t>({n, frameBytes_, cap_ - static_cast<size_t>(used)});
+  len -= len % granule;
+  if (len == 0) return 0;
+  f.header.type = checksum_ ? kFrameDataCrc : kFrameData;
+  f.header.length = static_cast<uint32_t>(len);
+  f.header.number = static_cast<uint32_t>(nextOutFrame_);
+  f.header.crc = checksum_ ? crc32c(0, data, len) : 0;
+  iovec iov[2] = {{&f.header, sizeof(FrameHeader)}, {const_cast<std::byte*>(data), len}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  const ssize_t w = ::sendmsg(socks_[nextOutFrame_ % out_.size()].get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (w <= 0) {
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) recordSendError(errno);
+    return 0;
+  }
+  // The frame is on its way: what the socket did not take is copied to the ring, from where the
+  // engine or the progress thread finishes it.
+  f.offset = head;
+  f.length = static_cast<uint32_t>(len);
+  f.sent = static_cast<size_t>(w);
+  f.active = f.sent < sizeof(FrameHeader) + len;
+  const size_t payloadSent = f.sent > sizeof(FrameHeader) ? f.sent - sizeof(FrameHeader) : 0;
+  for (size_t done = payloadSent; done < len;) {
+    const size_t pos = static_cast<size_t>((head + done) % cap_);
+    const size_t k = std::min(len - done, cap_ - pos);
+    std::memcpy(sendRing_.get() + pos, data + done, k);
+    done += k;
+  }
+  ++nextOutFrame_;
+  nextOutOffset_ = head + len;
+  sendHead_.store(head + len, std::memory_order_seq_cst);
+  uint64_t tail = nextOutOffset_;
+  for (const OutFrame& o : out_) {
+    if (o.active) tail = std::min(tail, o.offset);
+  }
+  sendTail_.store(tail, std::memory_order_release);
+  if (f.active && !armed_.load(std::memory_order_seq_cst)) requestHelp();
+  return len;
 }
 
 void TcpConnection::sendFailure(const std::string& text, Clock::time_point deadline) {

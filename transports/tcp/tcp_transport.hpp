@@ -43,8 +43,8 @@ namespace chorus::transport {
 struct TcpOptions {
   std::string commId;  // the communicator's random id: connections of other communicators are refused
   int streams = 1;     // sockets per pair of ranks
-  size_t ringBytes = size_t{4} << 20;  // per direction and peer (at least 2 frames)
-  size_t frameBytes = size_t{512} << 10;
+  size_t ringBytes = size_t{512} << 10;  // per direction and peer (at least 2 frames)
+  size_t frameBytes = size_t{256} << 10;
   bool checksum = false;
   std::string ifname;  // CHORUS_SOCKET_IFNAME filter
   int family = 0;      // AF_UNSPEC, AF_INET or AF_INET6
