@@ -16,6 +16,7 @@
 #include "kernels/cpu/reduce.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/shm/shm_segment.hpp"
+#include "transports/tcp/net_interfaces.hpp"
 
 namespace {
 
@@ -52,11 +53,37 @@ int main(int argc, char** argv) {
     auto comms = Communicator::createLocal(ranks, config);
     const topo::CommTopology& comm = comms[0].impl()->topology();
 
+    // The address a multi-host communicator would advertise, with the same settings.
+    const EnvConfig& env = envConfig();
+    std::vector<transport::NetInterface> ifaces = transport::listInterfaces();
+    std::string netChoice;
+    try {
+      const transport::NetInterface n =
+          transport::selectInterface(ifaces, env.socketIfname, transport::parseFamily(env.socketFamily));
+      netChoice = strCat(n.name, " ", transport::addressText(n.address));
+    } catch (const Error& e) {
+      netChoice = strCat("none: ", e.what());
+    }
+
     if (json) {
       Json j;
       j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
       j["cpu_kernels"] = kernels::simdLevel();
-      j["transports"] = {{"shm", true}, {"tcp", false}, {"ucx", false}, {"verbs", false}, {"cuda", false}};
+      j["transports"] = {{"shm", true}, {"tcp", true}, {"ucx", false}, {"verbs", false}, {"cuda", false}};
+      Json list = Json::array();
+      for (const auto& n : ifaces) {
+        list.push_back({{"name", n.name},
+                        {"address", transport::addressText(n.address)},
+                        {"loopback", n.loopback},
+                        {"link_local", n.linkLocal}});
+      }
+      j["network"] = {{"interfaces", std::move(list)},
+                      {"tcp_address", netChoice},
+                      {"CHORUS_SOCKET_IFNAME", env.socketIfname},
+                      {"CHORUS_SOCKET_FAMILY", env.socketFamily},
+                      {"CHORUS_SOCKET_NSTREAMS", env.socketStreams},
+                      {"CHORUS_SOCKET_BUFFER_BYTES", env.socketBufferBytes},
+                      {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum}};
       j["dev_shm_free_bytes"] = transport::shmFreeBytes();
       j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                      {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -89,7 +116,11 @@ int main(int argc, char** argv) {
                 host.describe().c_str());
     std::printf("\nTransports\n");
     std::printf("  shm              yes (POSIX shared memory, ranks of one host)\n");
-    std::printf("  tcp, ucx, verbs  not built (multi-host transports are future work)\n");
+    std::printf("  tcp              yes (between hosts; would advertise %s)\n", netChoice.c_str());
+    std::printf("                   %d stream(s) per pair, %s rings, checksum %s (docs/networking.md)\n",
+                env.socketStreams, formatBytes(env.socketBufferBytes).c_str(),
+                env.socketChecksum ? "on" : "off");
+    std::printf("  ucx, verbs       not built yet\n");
     std::printf("  cuda             not built\n");
     std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
     std::printf("\nConfiguration (environment, then defaults)\n");

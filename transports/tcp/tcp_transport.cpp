@@ -91,6 +91,9 @@ class TcpConnection {
   }
   /// Which streams the progress thread watches for writability (its own state).
   uint64_t watched_ = 0;
+  /// Set by the progress thread when a socket reported an error or hang-up: it no longer watches
+  /// this connection (epoll reports those conditions whatever the interest, so it must let go).
+  bool dead_ = false;
   void tryPush() {
     if (sendMu_.try_lock()) {
       pushLocked();
@@ -840,13 +843,13 @@ void TcpTransport::progressLoop() {
     }
     c.watched_ = mask;
   };
-  auto service = [&](TcpConnection& c, bool dead) {
-    uint64_t mask = dead ? 0 : c.push();
+  auto service = [&](TcpConnection& c) {
+    uint64_t mask = c.push();
     if (mask == 0) {
       watch(c, 0);
       // Re-check after disarming: the engine may have committed more while it saw us armed.
       c.armed_.store(false, std::memory_order_seq_cst);
-      if (dead || !c.sendPending() || c.armed_.exchange(true)) return;
+      if (!c.sendPending() || c.armed_.exchange(true)) return;
       mask = c.push();
       if (mask == 0) {
         c.armed_.store(false, std::memory_order_seq_cst);
@@ -863,16 +866,23 @@ void TcpTransport::progressLoop() {
         uint64_t v;
         [[maybe_unused]] ssize_t r = ::read(event_.get(), &v, sizeof v);
         for (auto& c : conns_) {
-          if (c && c->armRequested_.exchange(false)) {
+          if (c && c->armRequested_.exchange(false) && !c->dead_) {
             c->armed_.store(true);
-            service(*c, false);
+            service(*c);
           }
         }
         continue;
       }
       TcpConnection& c = *conns_[static_cast<size_t>(key)];
-      // A dead socket: stop watching it (the engine reports the error when it next uses it).
-      service(c, (events[static_cast<size_t>(i)].events & (EPOLLERR | EPOLLHUP)) != 0);
+      if (events[static_cast<size_t>(i)].events & (EPOLLERR | EPOLLHUP)) {
+        // A dead connection: stop watching it for good (the engine reports the error when it
+        // next uses it; a push now would only fail).
+        for (auto& sock : c.socks_) epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, sock.get(), nullptr);
+        c.dead_ = true;
+        c.watched_ = 0;
+        continue;
+      }
+      service(c);
     }
   }
 }
