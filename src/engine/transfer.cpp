@@ -103,14 +103,17 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::funct
   if (t.phase == 1) {
     const bool direct = t.kind == TransferKind::Recv && pipe.direct() && t.bytes >= kDirectBytes;
     while (t.done < t.bytes) {
-      std::span<const std::byte> s = pipe.peek();
-      if (s.empty() && direct) {
+      if (direct) {
+        // Straight into the destination when nothing waits in the pipe's buffer (read() returns 0
+        // otherwise, and the buffered bytes are taken below).
         const size_t n = pipe.read(t.dst + t.done, t.bytes - t.done, t.elemSize);
-        if (n == 0) break;
-        t.done += n;
-        moved = true;
-        continue;
+        if (n) {
+          t.done += n;
+          moved = true;
+          continue;
+        }
       }
+      std::span<const std::byte> s = pipe.peek();
       size_t n = std::min(s.size(), t.bytes - t.done);
       n -= n % t.elemSize;
       if (n == 0) break;

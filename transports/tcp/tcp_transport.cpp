@@ -85,6 +85,7 @@ class TcpConnection {
   uint64_t push() {
     std::lock_guard lk(sendMu_);
     pushLocked();
+    if (sendShut_ || sendFailed()) return 0;  // nothing more will leave: stop watching
     uint64_t mask = 0;
     for (size_t s = 0; s < out_.size(); ++s) mask |= out_[s].active ? uint64_t{1} << s : 0;
     return mask;
@@ -111,9 +112,17 @@ class TcpConnection {
   /// Reads what it can without blocking (engine thread only). Never throws.
   void pull();
   /// True when the receive ring can take another frame (worth waiting for readability).
-  bool wantsInput() const {
-    return state_.load() == kOpen &&
-           recvHead_.load(std::memory_order_relaxed) - recvTail_.load(std::memory_order_relaxed) <= cap_ / 2;
+  /// The sockets worth waiting on (engine thread): those of frames being read, and the one the
+  /// next header comes from if the ring has room for its frame. Returns how many it added.
+  size_t addPollFds(std::vector<pollfd>& fds) const {
+    if (state_.load() != kOpen) return 0;
+    const size_t before = fds.size();
+    const size_t next = static_cast<size_t>(nextInFrame_ % in_.size());
+    for (size_t s = 0; s < in_.size(); ++s) {
+      const bool room = nextInOffset_ + frameBytes_ - recvTail_.load(std::memory_order_relaxed) <= cap_;
+      if (in_[s].active || (s == next && !peerEnded_ && room)) fds.push_back({socks_[s].get(), POLLIN, 0});
+    }
+    return fds.size() - before;
   }
   /// The failure notice this peer sent, if any.
   bool peerFailed(std::string* text) const {
@@ -215,6 +224,10 @@ class TcpConnection {
   }
 
   void pushLocked();
+  bool sendFailed() {
+    std::lock_guard lk(errMu_);
+    return !sendError_.empty();
+  }
   void recordSendError(int err) {
     std::lock_guard lk(errMu_);
     if (sendError_.empty()) sendError_ = net::errnoText("send", err);
@@ -251,6 +264,12 @@ class TcpConnection {
   bool startInFrame(InFrame& f);
   /// Reads frame headers (in order) without payloads; returns whether any byte was read.
   bool pullHeaders();
+  /// Once the peer closed and every frame it sent has arrived, the connection is closed.
+  void noteEnd() {
+    if (peerEnded_ && state_.load() == kOpen &&
+        std::none_of(in_.begin(), in_.end(), [](auto& x) { return x.active; }))
+      state_.store(kClosed);
+  }
   /// Publishes how far the ring holds contiguous, usable bytes.
   void publishHead();
   bool readPayload(size_t s, InFrame& f);
@@ -275,13 +294,14 @@ class TcpConnection {
   std::mutex errMu_;
   std::string sendError_;
 
-  // Receive side (engine thread only, but for the atomics that wantsInput reads).
+  // Receive side: the engine thread only.
   std::atomic<uint64_t> recvHead_{0};
   std::atomic<uint64_t> recvTail_{0};
   std::vector<InFrame> in_;
   uint64_t nextInFrame_ = 0;
   uint64_t nextInOffset_ = 0;
   std::atomic<int> state_{kOpen};
+  bool peerEnded_ = false;  // EOF where the next frame's header was due
   std::string failureText_;
   std::string recvError_;
 
@@ -362,12 +382,12 @@ bool TcpConnection::startInFrame(InFrame& f) {
   const ssize_t r = ::recv(socks_[s].get(), reinterpret_cast<char*>(&f.header) + f.headerGot,
                            sizeof(FrameHeader) - f.headerGot, MSG_DONTWAIT);
   if (r == 0) {
-    const bool midFrame =
-        f.headerGot > 0 || std::any_of(in_.begin(), in_.end(), [](auto& x) { return x.active; });
-    if (midFrame)
+    // No frame numbered nextInFrame_ will come: the peer sent everything before it and closed.
+    // Frames still arriving on other streams are read to the end first (noteEnd()).
+    if (f.headerGot > 0)
       setRecvBroken("the peer closed the connection in the middle of a message (it exited or was killed)");
-    else if (state_.load() == kOpen)
-      state_.store(kClosed);
+    else
+      peerEnded_ = true;
     return false;
   }
   if (r < 0) {
@@ -456,7 +476,7 @@ bool TcpConnection::pullHeaders() {
   const size_t streams = in_.size();
   bool progressed = false;
   // Start frames in order: frame k's header is read from stream k % streams.
-  while (state_.load() == kOpen) {
+  while (state_.load() == kOpen && !peerEnded_) {
     InFrame& f = in_[nextInFrame_ % streams];
     if (f.active) break;
     if (f.headerGot < sizeof(FrameHeader)) {
@@ -477,6 +497,7 @@ bool TcpConnection::pullHeaders() {
     if (!f.failureNotice) nextInOffset_ += f.length;
     progressed = true;
   }
+  noteEnd();
   return progressed;
 }
 
@@ -505,6 +526,7 @@ void TcpConnection::pull() {
     }
     if (!progressed) break;
   }
+  noteEnd();
   publishHead();
 }
 
@@ -523,8 +545,9 @@ size_t TcpConnection::read(std::byte* dst, size_t n, size_t granule) {
     }
   }
   if (!next || next->header.type == kFrameDataCrc) {
-    // Nothing to read in place (or it must be checked first): the ring path takes it.
-    pull();
+    // A checksummed frame is read through the ring (checked before use); otherwise nothing is
+    // ready yet.
+    if (next) pull();
     if (recvHead_.load(std::memory_order_acquire) == tail) throwIfRecvFailed();
     return 0;
   }
@@ -614,13 +637,9 @@ void TcpConnection::sendFailure(const std::string& text, Clock::time_point deadl
   if (sendShut_) return;
   // The notice is the next frame; the frames already dealt must be finished first.
   const size_t streams = out_.size();
-  OutFrame& f = out_[nextOutFrame_ % streams];
-  while (f.active && Clock::now() < deadline) {
-    pushLocked();
-    std::lock_guard e(errMu_);
-    if (!sendError_.empty()) break;
-  }
-  if (!f.active) {
+  auto anyActive = [&] { return std::any_of(out_.begin(), out_.end(), [](auto& o) { return o.active; }); };
+  while (anyActive() && Clock::now() < deadline && !sendFailed()) pushLocked();
+  if (!anyActive()) {
     const std::string body = text.substr(0, kMaxFailureText);
     FrameHeader h{kFrameFailure, static_cast<uint32_t>(body.size()), static_cast<uint32_t>(nextOutFrame_), 0};
     const std::span<const std::byte> parts[2] = {std::as_bytes(std::span(&h, 1)),
@@ -646,7 +665,9 @@ void TcpConnection::drain(Clock::time_point deadline) {
     }
     if (sendTail_.load() == sendHead_.load() || Clock::now() >= deadline) break;
     std::vector<pollfd> fds;
-    for (auto& s : socks_) fds.push_back({s.get(), POLLOUT, 0});
+    for (size_t s = 0; s < socks_.size(); ++s) {
+      if (out_[s].active) fds.push_back({socks_[s].get(), POLLOUT, 0});
+    }
     lk.unlock();
     ::poll(fds.data(), fds.size(), 10);
     lk.lock();
@@ -663,7 +684,9 @@ TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector
                            const TcpOptions& options)
     : rank_(rank), options_(options) {
   if (options_.streams < 1) options_.streams = 1;
-  options_.ringBytes = std::max(options_.ringBytes, 2 * options_.frameBytes);
+  // Multiples of 64 bytes (pipe.hpp's alignment contract: an element never straddles the wrap).
+  options_.frameBytes = std::max<size_t>(64, options_.frameBytes & ~size_t{63});
+  options_.ringBytes = std::max(options_.ringBytes & ~size_t{63}, 2 * options_.frameBytes);
   const auto deadline = Clock::now() + options_.timeout;
   const NetInterface iface =
       selectInterface(listInterfaces(), options_.ifname, options_.family, options_.allowLoopback);
@@ -765,7 +788,9 @@ TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector
     }
     Hello hello{};
     try {
-      net::recvAll(fd.get(), std::as_writable_bytes(std::span(&hello, 1)), deadline,
+      // A connection that says nothing is dropped after 5 s, not waited for until the deadline.
+      net::recvAll(fd.get(), std::as_writable_bytes(std::span(&hello, 1)),
+                   std::min(deadline, Clock::now() + std::chrono::seconds(5)),
                    strCat("rank ", rank, ": hello"));
     } catch (const Error& e) {
       logWarn("rank ", rank, ": dropped an incoming connection: ", e.what());
@@ -908,9 +933,10 @@ int TcpTransport::findPeerFailure(std::string* text) {
 
 void TcpTransport::waitReadable(std::chrono::microseconds timeout) {
   std::vector<pollfd> fds;
+  std::vector<std::pair<TcpConnection*, size_t>> owners;  // connection, its number of fds
   for (auto& c : conns_) {
-    if (!c || !c->wantsInput()) continue;
-    for (auto& s : c->socks_) fds.push_back({s.get(), POLLIN, 0});
+    if (!c) continue;
+    if (size_t n = c->addPollFds(fds)) owners.emplace_back(c.get(), n);
   }
   if (fds.empty()) {
     std::this_thread::sleep_for(timeout);
@@ -918,7 +944,16 @@ void TcpTransport::waitReadable(std::chrono::microseconds timeout) {
   }
   // poll() has millisecond resolution; ppoll takes the sleep as given.
   timespec ts{0, static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count())};
-  ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) <= 0) return;
+  // Take in what arrived, also for peers no transfer reads right now: their rings fill and stop
+  // being waited on, instead of making every later wait return at once.
+  size_t at = 0;
+  for (auto& [conn, n] : owners) {
+    bool ready = false;
+    for (size_t i = at; i < at + n; ++i) ready = ready || fds[i].revents != 0;
+    at += n;
+    if (ready) conn->pull();
+  }
 }
 
 size_t TcpTransport::memoryBytes() const {

@@ -272,6 +272,42 @@ TEST(TcpTransport, APeerThatGoesAwayIsNamedNotWaitedFor) {
   EXPECT_EQ(p.t[1]->findPeerFailure(&notice), -1);  // closing is not a failure notice
 }
 
+TEST(TcpTransport, APeerThatClosesAfterItsLastFramesIsReadToTheEnd) {
+  // Several streams: the last frames are still arriving on some streams when the end of another
+  // is seen. Everything sent must be delivered before the close is reported.
+  TcpOptions o;
+  o.streams = 3;
+  o.ringBytes = 8 << 20;
+  o.frameBytes = 16 << 10;
+  Pair p(o);
+  const size_t bytes = 1 << 20;
+  size_t sent = 0;
+  while (sent < bytes) {
+    auto s = p.t[0]->sendPipe(1).reserve();
+    const size_t n = std::min(s.size(), bytes - sent);
+    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
+    p.t[0]->sendPipe(1).commit(n);
+    sent += n;
+  }
+  p.t[0]->sendPipe(1).flush();
+  p.t[0].reset();  // drains, then closes every stream
+  size_t got = 0, wrong = 0;
+  std::string text;
+  try {
+    for (int i = 0; i < 20'000'000 && got <= bytes; ++i) {
+      auto r = p.t[1]->recvPipe(0).peek();
+      for (size_t k = 0; k < r.size(); ++k) wrong += r[k] != std::byte{pattern(got + k, 0)};
+      p.t[1]->recvPipe(0).consume(r.size());
+      got += r.size();
+    }
+  } catch (const PeerError& e) {
+    text = e.what();
+  }
+  EXPECT_EQ(got, bytes);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_NE(text.find("closed its connection"), std::string::npos) << text;
+}
+
 TEST(TcpTransport, SendsFinishAfterTheEngineStopsCalling) {
   // The engine commits more than the socket takes at once and never calls again: the progress
   // thread must push the rest.
