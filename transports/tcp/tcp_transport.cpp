@@ -56,9 +56,8 @@ void copyId(char (&dst)[32], const std::string& id) {
 
 class TcpConnection {
  public:
-  TcpConnection(int self, int peer, std::string peerAddress, const TcpOptions& o)
-      : self_(self),
-        peer_(peer),
+  TcpConnection(int peer, std::string peerAddress, const TcpOptions& o)
+      : peer_(peer),
         peerAddress_(std::move(peerAddress)),
         cap_(o.ringBytes),
         frameBytes_(o.frameBytes),
@@ -274,7 +273,6 @@ class TcpConnection {
   void publishHead();
   bool readPayload(size_t s, InFrame& f);
 
-  const int self_;
   const int peer_;
   const std::string peerAddress_;
   const size_t cap_;
@@ -682,7 +680,7 @@ void TcpConnection::drain(Clock::time_point deadline) {
 
 TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector<bool>& remote,
                            const TcpOptions& options)
-    : rank_(rank), options_(options) {
+    : options_(options) {
   if (options_.streams < 1) options_.streams = 1;
   // Multiples of 64 bytes (pipe.hpp's alignment contract: an element never straddles the wrap).
   options_.frameBytes = std::max<size_t>(64, options_.frameBytes & ~size_t{63});
@@ -721,7 +719,7 @@ TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector
     }
     addresses[static_cast<size_t>(p)] = net::formatHostPort(host, static_cast<uint16_t>(portNum));
     conns_[static_cast<size_t>(p)] =
-        std::make_unique<TcpConnection>(rank, p, addresses[static_cast<size_t>(p)], options_);
+        std::make_unique<TcpConnection>(p, addresses[static_cast<size_t>(p)], options_);
     if (p < rank) continue;
     // This rank connects to the higher ranks (the kernel completes a connection before it is accepted).
     net::SocketAddress addr;

@@ -95,7 +95,6 @@ class TcpTransport {
   void progressLoop();
   void wakeProgress();
 
-  int rank_;
   TcpOptions options_;
   std::string local_;
   std::vector<std::unique_ptr<TcpConnection>> conns_;  // by rank; null where not remote
