@@ -255,6 +255,11 @@ class TcpConnection {
                                                   ") broke: ", recvError_));
     }
   }
+  /// After a recv() that returned -1: nothing to read yet, or the connection is broken.
+  void noteRecvError() {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      setRecvBroken(net::errnoText("recv", errno));
+  }
   void setRecvBroken(std::string why) {
     if (state_.load() != kOpen) return;
     recvError_ = std::move(why);
@@ -389,8 +394,7 @@ bool TcpConnection::startInFrame(InFrame& f) {
     return false;
   }
   if (r < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      setRecvBroken(net::errnoText("recv", errno));
+    noteRecvError();
     return false;
   }
   f.headerGot += static_cast<size_t>(r);
@@ -443,8 +447,7 @@ bool TcpConnection::readPayload(size_t s, InFrame& f) {
       return false;
     }
     if (r < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        setRecvBroken(net::errnoText("recv", errno));
+      noteRecvError();
       return false;
     }
     f.got += static_cast<uint32_t>(r);
@@ -557,10 +560,8 @@ size_t TcpConnection::read(std::byte* dst, size_t n, size_t granule) {
     throwIfRecvFailed();
   }
   if (r < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      setRecvBroken(net::errnoText("recv", errno));
-      throwIfRecvFailed();
-    }
+    noteRecvError();
+    throwIfRecvFailed();
     return 0;
   }
   // Whole granules count; the bytes of a partial one also go to the ring, where the engine

@@ -139,6 +139,19 @@ void exchange(TcpTransport& t, int self, size_t bytes, size_t* wrong) {
   }
 }
 
+// Rank 0's pattern through the ring, as fast as the pipe takes it (flushed after every commit, as
+// the engine does after every step); waits while the ring is full, until the sockets drain it.
+void commitPattern(SendPipe& out, size_t bytes) {
+  for (size_t sent = 0; sent < bytes;) {
+    auto s = out.reserve();
+    const size_t n = std::min(s.size(), bytes - sent);
+    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
+    out.commit(n);
+    out.flush();
+    sent += n;
+  }
+}
+
 class TcpPair : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(TcpPair, BothDirectionsAreExactAcrossWrapsAndStreams) {
@@ -281,15 +294,7 @@ TEST(TcpTransport, APeerThatClosesAfterItsLastFramesIsReadToTheEnd) {
   o.frameBytes = 16 << 10;
   Pair p(o);
   const size_t bytes = 1 << 20;
-  size_t sent = 0;
-  while (sent < bytes) {
-    auto s = p.t[0]->sendPipe(1).reserve();
-    const size_t n = std::min(s.size(), bytes - sent);
-    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
-    p.t[0]->sendPipe(1).commit(n);
-    sent += n;
-  }
-  p.t[0]->sendPipe(1).flush();
+  commitPattern(p.t[0]->sendPipe(1), bytes);
   p.t[0].reset();  // drains, then closes every stream
   size_t got = 0, wrong = 0;
   std::string text;
@@ -315,15 +320,7 @@ TEST(TcpTransport, SendsFinishAfterTheEngineStopsCalling) {
   o.ringBytes = 8 << 20;
   Pair p(o);
   const size_t bytes = 6 << 20;
-  size_t sent = 0;
-  while (sent < bytes) {
-    auto s = p.t[0]->sendPipe(1).reserve();
-    const size_t n = std::min(s.size(), bytes - sent);
-    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
-    p.t[0]->sendPipe(1).commit(n);
-    p.t[0]->sendPipe(1).flush();
-    sent += n;
-  }
+  commitPattern(p.t[0]->sendPipe(1), bytes);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1 reads only now
   size_t got = 0, wrong = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
