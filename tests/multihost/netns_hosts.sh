@@ -96,14 +96,13 @@ done
 status=0
 deadline=$((SECONDS + timeout))
 remaining=$world
-declare -A done_
 while [ "$remaining" -gt 0 ]; do
   for i in "${!pids[@]}"; do
-    [ -n "${done_[$i]:-}" ] && continue
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       wait "${pids[$i]}"
       rc=$?
-      done_[$i]=$rc
+      # Reaped: its pid may now belong to any process, so it leaves the list cleanup() kills.
+      unset "pids[$i]"
       remaining=$((remaining - 1))
       if [ "$rc" = 137 ] && [ "$allowKill" = 1 ]; then echo "rank $i was killed (expected)"; rc=0; fi
       if [ "$rc" != 0 ] && [ "$status" = 0 ]; then status=$rc; echo "rank $i exited with status $rc"; fi
