@@ -37,7 +37,8 @@ namespace topo {
 struct CommTopology;
 }
 namespace transport {
-class TcpTransport;
+class NetTransport;
+enum class NetKind;
 }
 
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
@@ -111,6 +112,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   CommImpl(int rank, int size, const Config& config);
   void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
   void initMultiHost(const std::vector<bool>& remote, const std::string& id);
+  std::vector<transport::NetKind> netOffers();
+  std::unique_ptr<transport::NetTransport> makeNetTransport(transport::NetKind kind, const std::vector<bool>& peers,
+                                                            const std::string& id);
   /// A peer (on this host or another) that published a failure: its rank, or -1.
   int findPeerFailure(chorusResult_t* code, std::string* text);
 
@@ -148,7 +152,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::unique_ptr<transport::ShmGroup> localShm_;
   std::vector<int> localIndex_;  // rank -> index in localShm_, -1 on other hosts
   std::vector<int> localRanks_;  // index in localShm_ -> rank
-  std::unique_ptr<transport::TcpTransport> net_;
+  std::unique_ptr<transport::NetTransport> net_;
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
   std::shared_ptr<const algo::CostModel> model_;  // from the topology's link classes

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <thread>
 
 #include "algorithms/cost_model.hpp"
@@ -17,7 +18,11 @@
 #include "core/log.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/tcp/net_interfaces.hpp"
+#include "transports/net_group.hpp"
 #include "transports/tcp/tcp_transport.hpp"
+#if CHORUS_HAVE_UCX
+#include "transports/ucx/ucx_transport.hpp"
+#endif
 
 namespace chorus {
 
@@ -177,15 +182,44 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
           timeout.count(), " ms)");
 }
 
-void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string& id) {
+namespace {
+
+// RDMA hardware the kernel knows (InfiniBand, RoCE, iWARP): where UCX can do better than TCP.
+bool haveRdmaDevices() {
+  std::error_code ec;
+  auto it = std::filesystem::directory_iterator("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+}  // namespace
+
+// The kinds of transport this rank offers to ranks on other hosts, in preference order.
+std::vector<transport::NetKind> CommImpl::netOffers() {
+  using transport::NetKind;
   const EnvConfig& env = envConfig();
-  if (env.net == "ucx" || env.net == "ib") {
-    fail(chorusInvalidUsage,
-         strCat(
-             "rank ", rank_, ": CHORUS_NET=", env.net, " asks for the ",
-             env.net == "ucx" ? "UCX" : "RDMA verbs",
-             " transport, which this build of Chorus does not have yet; unset CHORUS_NET or set it to tcp"));
+  std::string ucxWhy = "this build has no UCX transport (configured with CHORUS_WITH_UCX=OFF)";
+  bool ucx = false;
+#if CHORUS_HAVE_UCX
+  ucx = transport::ucxAvailable(&ucxWhy);
+#endif
+  if (env.net == "tcp") return {NetKind::Tcp};
+  if (env.net == "ucx") {
+    if (!ucx) fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=ucx, but ", ucxWhy));
+    return {NetKind::Ucx};
   }
+  if (env.net == "ib") {
+    fail(chorusInvalidUsage, strCat("rank ", rank_,
+                                    ": CHORUS_NET=ib asks for the RDMA verbs transport, which this build of Chorus "
+                                    "does not have yet; use CHORUS_NET=ucx (UCX drives RDMA devices) or tcp"));
+  }
+  // Automatic: UCX only where there is RDMA hardware for it to use; over Ethernet alone Chorus's
+  // own TCP transport is the faster (docs/networking.md has the measurements).
+  if (ucx && haveRdmaDevices()) return {NetKind::Ucx, NetKind::Tcp};
+  return {NetKind::Tcp};
+}
+
+void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string& id) {
+  using transport::NetKind;
   // Peers on this host talk through a shared-memory group of their own (local index order).
   localIndex_.assign(static_cast<size_t>(size_), -1);
   for (int r = 0; r < size_; ++r) {
@@ -204,6 +238,66 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
     localShm_ = std::make_unique<transport::ShmGroup>(*hostStore, localIndex_[static_cast<size_t>(rank_)],
                                                       static_cast<int>(localRanks_.size()), options);
   }
+
+  // Each pair of ranks on different hosts uses the best kind of transport both offer.
+  const std::vector<NetKind> mine = netOffers();
+  store_->setString(strCat("netkinds/", rank_), transport::formatNetKinds(mine));
+  std::vector<int> kindOfPeer(static_cast<size_t>(size_), -1);  // index into kNetPreference
+  for (int r = 0; r < size_; ++r) {
+    if (!remote[static_cast<size_t>(r)]) continue;
+    const std::string theirs = store_->getString(strCat("netkinds/", r), config_.timeout);
+    NetKind k;
+    if (!transport::chooseNetKind(mine, transport::parseNetKinds(theirs), &k)) {
+      fail(chorusInvalidUsage, strCat("rank ", rank_, " (offers ", transport::formatNetKinds(mine), ") and rank ", r,
+                                      " (offers ", theirs, ") have no transport in common; check CHORUS_NET"));
+    }
+    kindOfPeer[static_cast<size_t>(r)] = static_cast<int>(k);
+  }
+  std::vector<std::unique_ptr<transport::NetTransport>> transports;
+  std::vector<int> byPeer(static_cast<size_t>(size_), -1);
+  std::string summary;
+  // Every rank sets the kinds up in the same order, each collective over the pairs that use it.
+  for (NetKind k : transport::kNetPreference) {
+    std::vector<bool> peers(static_cast<size_t>(size_), false);
+    int count = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (kindOfPeer[static_cast<size_t>(r)] == static_cast<int>(k)) {
+        peers[static_cast<size_t>(r)] = true;
+        ++count;
+      }
+    }
+    if (count == 0) continue;
+    try {
+      transports.push_back(makeNetTransport(k, peers, id));
+    } catch (const Error& e) {
+      fail(e.code(), strCat("rank ", rank_, ": setting up the ", transport::netKindName(k), " transport: ", e.what()));
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (peers[static_cast<size_t>(r)]) byPeer[static_cast<size_t>(r)] = static_cast<int>(transports.size() - 1);
+    }
+    summary += strCat(summary.empty() ? "" : ", ", count, " over ", transport::netKindName(k), " (",
+                      transports.back()->describeLocal(), ")");
+  }
+  net_ = std::make_unique<transport::NetGroup>(std::move(transports), std::move(byPeer));
+  logInfo(Subsys::Net, "rank ", rank_, " offers ", transport::formatNetKinds(mine), "; its ",
+          size_ - static_cast<int>(localRanks_.size()), " peer(s) on other hosts: ", summary);
+}
+
+std::unique_ptr<transport::NetTransport> CommImpl::makeNetTransport(transport::NetKind kind,
+                                                                    const std::vector<bool>& peers,
+                                                                    const std::string& id) {
+  const EnvConfig& env = envConfig();
+#if CHORUS_HAVE_UCX
+  if (kind == transport::NetKind::Ucx) {
+    transport::UcxOptions ucx;
+    ucx.commId = id;
+    ucx.ringBytes = env.socketBufferBytes;
+    ucx.timeout = config_.timeout;
+    return std::make_unique<transport::UcxTransport>(*store_, rank_, size_, peers, ucx);
+  }
+#endif
+  if (kind != transport::NetKind::Tcp)
+    fail(chorusInternalError, strCat("no ", transport::netKindName(kind), " transport in this build"));
   transport::TcpOptions tcp;
   tcp.commId = id;
   tcp.streams = env.socketStreams;
@@ -213,17 +307,12 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
   tcp.ifname = env.socketIfname;
   tcp.family = transport::parseFamily(env.socketFamily);
   tcp.timeout = config_.timeout;
-  try {
-    net_ = std::make_unique<transport::TcpTransport>(*store_, rank_, size_, remote, tcp);
-  } catch (const Error& e) {
-    fail(e.code(), strCat("rank ", rank_, ": setting up the TCP transport: ", e.what()));
-  }
+  auto t = std::make_unique<transport::TcpTransport>(*store_, rank_, size_, peers, tcp);
   if (rank_ == 0) {
-    logInfo(Subsys::Net, "ranks on other hosts connect over TCP (", tcp.streams, " stream(s) per pair, ",
-            formatBytes(tcp.ringBytes), " rings", tcp.checksum ? ", CRC-32C on every frame" : "",
-            "); rank 0 advertises ", net_->describeLocal(),
-            "; UCX and RDMA verbs transports are not in this build yet");
+    logInfo(Subsys::Net, "TCP: ", tcp.streams, " stream(s) per pair, ", formatBytes(tcp.ringBytes), " rings",
+            tcp.checksum ? ", CRC-32C on every frame" : "", "; rank 0 advertises ", t->describeLocal());
   }
+  return t;
 }
 
 std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Config& config) {

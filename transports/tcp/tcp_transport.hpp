@@ -36,7 +36,7 @@
 #include "bootstrap/socket_util.hpp"
 #include "chorus/chorus.hpp"
 #include "chorus/store.hpp"
-#include "transports/pipe.hpp"
+#include "transports/net_transport.hpp"
 
 namespace chorus::transport {
 
@@ -55,13 +55,7 @@ struct TcpOptions {
 
 class TcpConnection;
 
-/// A failure of the connection to one peer (the message names the peer and its address).
-class PeerError : public Error {
- public:
-  using Error::Error;
-};
-
-class TcpTransport {
+class TcpTransport final : public NetTransport {
  public:
   /// Collective over every rank r with remote[r] true (and this rank): listens on the selected
   /// interface, publishes the address in `store` ("net/<rank>"), connects to the higher remote
@@ -69,26 +63,27 @@ class TcpTransport {
   TcpTransport(Store& store, int rank, int nranks, const std::vector<bool>& remote,
                const TcpOptions& options);
   /// Flushes what the engine committed (bounded by the timeout), then closes every socket.
-  ~TcpTransport();
+  ~TcpTransport() override;
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
 
-  SendPipe& sendPipe(int peer);
-  RecvPipe& recvPipe(int peer);
+  const char* name() const override { return "tcp"; }
+  SendPipe& sendPipe(int peer) override;
+  RecvPipe& recvPipe(int peer) override;
   bool connected(int peer) const { return conns_[static_cast<size_t>(peer)] != nullptr; }
 
   /// Best effort: tells every peer this rank failed (they report `text`), then stops sending.
-  void publishFailure(const std::string& text);
+  void publishFailure(const std::string& text) override;
   /// Reads what has arrived on every connection; returns a peer that sent a failure notice (and
   /// its text), or -1.
-  int findPeerFailure(std::string* text);
+  int findPeerFailure(std::string* text) override;
   /// Blocks until a socket with room in its receive ring is readable, or `timeout` passes.
-  void waitReadable(std::chrono::microseconds timeout);
+  void waitReadable(std::chrono::microseconds timeout) override;
 
   /// "eth0 169.254.1.1:40211" (the interface and address this rank advertises).
-  const std::string& describeLocal() const { return local_; }
+  const std::string& describeLocal() const override { return local_; }
   /// Bytes of ring buffers held.
-  size_t memoryBytes() const;
+  size_t memoryBytes() const override;
   int streams() const { return options_.streams; }
 
  private:

@@ -1,0 +1,612 @@
+#include "transports/ucx/ucx_transport.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "transports/ucx/ucx_api.hpp"
+
+namespace chorus::transport {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tags of the control messages beside the streams: the kind in the top 16 bits, the sender's rank
+// in the low 32.
+constexpr ucp_tag_t kKindMask = 0xFFFF'0000'0000'0000ULL;
+constexpr ucp_tag_t kHelloTag = 0xC401'0000'0000'0000ULL;
+constexpr ucp_tag_t kNoticeTag = 0xC402'0000'0000'0000ULL;
+constexpr ucp_tag_t kRankMask = 0xFFFF'FFFFULL;
+constexpr size_t kMaxControl = 64 << 10;  // longest hello or failure notice taken in
+constexpr size_t kElem = 8;               // stream receives complete in whole 8-byte elements
+
+const UcxApi& ucx() { return *UcxApi::get(nullptr); }
+
+std::string statusText(ucs_status_t s) { return ucx().status_string(s); }
+
+// A send handed to UCX: the ring position it ends at, or a control message.
+struct SendSlot {
+  uint64_t end = 0;
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+};
+
+void onSendDone(void* request, ucs_status_t status, void* user) {
+  auto* slot = static_cast<SendSlot*>(user);
+  slot->done = true;
+  slot->status = status;
+  ucx().request_free(request);
+}
+
+struct TagRecv {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+};
+
+void onTagRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  auto* r = static_cast<TagRecv*>(user);
+  r->done = true;
+  r->status = status;
+  ucx().request_free(request);
+}
+
+// Marks an immediate or failed result of a send; true if UCX still owns the request.
+bool settle(ucs_status_ptr_t r, SendSlot& slot) {
+  if (r == nullptr) {
+    slot.done = true;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    slot.done = true;
+    slot.status = UCS_PTR_STATUS(r);
+  } else {
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ucxAvailable(std::string* why) { return UcxApi::get(why) != nullptr; }
+
+// ---- One remote peer: its endpoint and both rings -------------------------------------------------
+
+struct UcxPeer;
+
+class UcxSendPipe final : public SendPipe {
+ public:
+  explicit UcxSendPipe(UcxPeer& p) : p_(p) {}
+  std::span<std::byte> reserve() override;
+  void commit(size_t n) override;
+  void flush() override;
+
+ private:
+  UcxPeer& p_;
+};
+
+class UcxRecvPipe final : public RecvPipe {
+ public:
+  explicit UcxRecvPipe(UcxPeer& p) : p_(p) {}
+  std::span<const std::byte> peek() override;
+  void consume(size_t n) override;
+
+ private:
+  UcxPeer& p_;
+};
+
+struct UcxPeer {
+  UcxPeer(UcxTransport::Impl& t, int rank, size_t cap)
+      : t(t), rank(rank), cap(cap), sbuf(new std::byte[cap]), rbuf(new std::byte[cap]) {}
+
+  UcxTransport::Impl& t;
+  const int rank;
+  const size_t cap;
+  ucp_ep_h ep = nullptr;
+  std::string broken;  // why the endpoint failed; empty while it works
+
+  // Send ring: [sFreed, sPosted) is owned by UCX, [sPosted, sHead) committed but not yet flushed.
+  std::unique_ptr<std::byte[]> sbuf;
+  uint64_t sHead = 0, sPosted = 0, sFreed = 0;
+  std::deque<SendSlot> inflight;
+
+  // Receive ring: [rTail, rHead) received and unread; one receive is posted into the free space.
+  std::unique_ptr<std::byte[]> rbuf;
+  uint64_t rHead = 0, rTail = 0;
+  bool rActive = false;
+  bool fresh = false;  // data arrived since the engine last looked
+
+  std::string notice;  // the peer's failure notice
+  bool noticed = false;
+
+  UcxSendPipe sendPipe{*this};
+  UcxRecvPipe recvPipe{*this};
+
+  void setBroken(std::string why) {
+    if (!broken.empty()) return;
+    broken = std::move(why);
+    fresh = true;  // an idle wait returns: the engine's next read reports it
+  }
+  PeerError brokenError() const {
+    return PeerError(chorusRemoteError, strCat("the UCX connection with rank ", rank, " failed: ", broken,
+                                               " (the peer exited, was killed, or cannot be reached)"));
+  }
+
+  // Frees the ring space of completed sends (in order).
+  void retire() {
+    while (!inflight.empty() && inflight.front().done) {
+      const SendSlot& s = inflight.front();
+      if (s.status != UCS_OK && s.status != UCS_ERR_CANCELED) setBroken(strCat("send: ", statusText(s.status)));
+      sFreed = s.end;
+      inflight.pop_front();
+    }
+  }
+
+  void postSends() {
+    while (sPosted < sHead && broken.empty()) {
+      const size_t off = sPosted % cap;
+      const size_t n = std::min<uint64_t>(sHead - sPosted, cap - off);
+      SendSlot& slot = inflight.emplace_back();
+      slot.end = sPosted + n;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.send = onSendDone;
+      param.user_data = &slot;
+      settle(ucx().stream_send_nbx(ep, sbuf.get() + off, n, &param), slot);
+      sPosted += n;
+    }
+    retire();
+  }
+
+  static void onRecvDone(void* request, ucs_status_t status, size_t length, void* user) {
+    auto* p = static_cast<UcxPeer*>(user);
+    p->rActive = false;
+    if (status == UCS_OK) {
+      p->rHead += length;
+      p->fresh = true;
+    } else if (status != UCS_ERR_CANCELED) {
+      p->setBroken(strCat("receive: ", statusText(status)));
+    }
+    ucx().request_free(request);
+  }
+
+  // Keeps one receive posted into the free space of the ring (none while the ring is full).
+  void postRecv() {
+    while (!rActive && broken.empty()) {
+      const size_t off = rHead % cap;
+      const size_t n = std::min<uint64_t>(cap - (rHead - rTail), cap - off) / kElem * kElem;
+      if (n == 0) return;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.cb.recv_stream = onRecvDone;
+      param.user_data = this;
+      param.datatype = ucp_dt_make_contig(kElem);
+      size_t length = 0;
+      ucs_status_ptr_t r = ucx().stream_recv_nbx(ep, rbuf.get() + off, n / kElem, &length, &param);
+      if (r == nullptr) {
+        if (length == 0) return;
+        rHead += length;
+        fresh = true;
+      } else if (UCS_PTR_IS_ERR(r)) {
+        setBroken(strCat("receive: ", statusText(UCS_PTR_STATUS(r))));
+      } else {
+        rActive = true;
+      }
+    }
+  }
+};
+
+// ---- The worker and its peers ---------------------------------------------------------------------
+
+struct UcxTransport::Impl {
+  UcxOptions o;
+  int rank = 0;
+  ucp_context_h ctx = nullptr;
+  ucp_worker_h worker = nullptr;
+  int efd = -1;  // the worker's event fd (-1 where UCX offers no wake-up)
+  std::vector<std::unique_ptr<UcxPeer>> peers;  // by rank; null where not a peer of this transport
+  std::mutex mu;                                // serialises every use of the worker
+
+  bool failed = false;              // publishFailure was called: nothing more is sent
+  std::deque<std::string> texts;    // control payloads UCX may still be sending
+  std::deque<SendSlot> controlOut;  // their completions
+
+  std::mutex kickMu;
+  std::condition_variable kickCv;
+  bool kicked = false;
+  std::atomic<bool> stop{false};
+  std::thread progress;
+
+  ~Impl();
+
+  void progressLocked() {
+    while (ucx().worker_progress(worker) != 0) {
+    }
+    for (auto& p : peers) {
+      if (p) p->retire();
+    }
+  }
+  bool sendsPending() const {
+    for (const auto& p : peers) {
+      if (p && !p->inflight.empty()) return true;
+    }
+    return false;
+  }
+  void kick() {
+    {
+      std::lock_guard lk(kickMu);
+      kicked = true;
+    }
+    kickCv.notify_one();
+  }
+  void progressLoop();
+  // Sends a control message (kind | this rank) to `p`.
+  void sendControl(UcxPeer& p, ucp_tag_t kind, std::string text) {
+    const std::string& t = texts.emplace_back(std::move(text));
+    SendSlot& slot = controlOut.emplace_back();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = onSendDone;
+    param.user_data = &slot;
+    settle(ucx().tag_send_nbx(p.ep, t.data(), t.size(), kind | static_cast<ucp_tag_t>(rank), &param), slot);
+  }
+  bool controlPending() const {
+    return std::any_of(controlOut.begin(), controlOut.end(), [](const SendSlot& s) { return !s.done; });
+  }
+  // Takes in one control message of `kind` if one arrived: true with its sender and text.
+  bool takeControl(ucp_tag_t kind, int* from, std::string* text, Clock::time_point deadline) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucx().tag_probe_nb(worker, kind, kKindMask, 1, &info);
+    if (!msg) return false;
+    // On the heap: a receive that does not complete in time keeps this memory (leaked on purpose).
+    struct Pending {
+      TagRecv done;
+      std::vector<char> all;
+    };
+    auto pending = std::make_unique<Pending>();
+    pending->all.resize(info.length);
+    TagRecv& done = pending->done;
+    std::vector<char>& all = pending->all;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = onTagRecvDone;
+    param.user_data = &done;
+    ucs_status_ptr_t r = ucx().tag_msg_recv_nbx(worker, all.data(), all.size(), msg, &param);
+    if (r == nullptr) {
+      done.done = true;
+    } else if (UCS_PTR_IS_ERR(r)) {
+      done.done = true;
+      done.status = UCS_PTR_STATUS(r);
+    }
+    while (!done.done) {
+      ucx().worker_progress(worker);
+      if (Clock::now() > deadline) {
+        (void)pending.release();
+        throw Error(chorusTimeout, "a control message from a UCX peer did not arrive in full in time");
+      }
+    }
+    *from = static_cast<int>(info.sender_tag & kRankMask);
+    if (done.status != UCS_OK) {
+      *text = strCat("(unreadable: ", statusText(done.status), ")");
+    } else {
+      text->assign(all.data(), std::min(all.size(), kMaxControl));
+    }
+    return true;
+  }
+  UcxPeer* peer(int r) {
+    return r >= 0 && static_cast<size_t>(r) < peers.size() ? peers[static_cast<size_t>(r)].get() : nullptr;
+  }
+};
+
+UcxTransport::Impl::~Impl() {
+  stop.store(true);
+  kick();
+  if (progress.joinable()) progress.join();
+  if (!worker) {
+    if (ctx) ucx().cleanup(ctx);
+    return;
+  }
+  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(30));
+  // Everything the engine committed leaves first (it may not have been flushed by a failing rank).
+  for (auto& p : peers) {
+    if (p && p->ep && !failed) p->postSends();
+  }
+  auto allBroken = [&] {
+    return std::all_of(peers.begin(), peers.end(), [](auto& p) { return !p || !p->broken.empty(); });
+  };
+  while ((sendsPending() || controlPending()) && !allBroken() && Clock::now() < deadline) progressLocked();
+  std::vector<void*> closing;
+  for (auto& p : peers) {
+    if (!p || !p->ep) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = p->broken.empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucx().ep_close_nbx(p->ep, &param);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+    p->ep = nullptr;
+  }
+  while (!closing.empty() && Clock::now() < deadline) {
+    ucx().worker_progress(worker);
+    std::erase_if(closing, [](void* r) {
+      if (ucx().request_check_status(r) == UCS_INPROGRESS) return false;
+      ucx().request_free(r);
+      return true;
+    });
+  }
+  if (!closing.empty()) {
+    logWarn("rank ", rank, ": ", closing.size(), " UCX endpoint(s) did not close in time");
+  }
+  ucx().worker_destroy(worker);
+  ucx().cleanup(ctx);
+}
+
+void UcxTransport::Impl::progressLoop() {
+  while (!stop.load()) {
+    bool pending;
+    {
+      std::lock_guard lk(mu);
+      progressLocked();
+      pending = sendsPending() || controlPending();
+    }
+    if (!pending) {
+      std::unique_lock k(kickMu);
+      kickCv.wait_for(k, std::chrono::milliseconds(100), [&] { return kicked || stop.load(); });
+      kicked = false;
+      continue;
+    }
+    if (efd < 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    ucs_status_t armed;
+    {
+      std::lock_guard lk(mu);
+      armed = ucx().worker_arm(worker);
+    }
+    if (armed == UCS_OK) {
+      pollfd pf{efd, POLLIN, 0};
+      ::poll(&pf, 1, 1);
+    }
+  }
+}
+
+// ---- Pipes ----------------------------------------------------------------------------------------
+
+std::span<std::byte> UcxSendPipe::reserve() {
+  std::lock_guard lk(p_.t.mu);
+  p_.retire();
+  if (p_.sHead - p_.sFreed == p_.cap) p_.t.progressLocked();
+  if (!p_.broken.empty()) throw p_.brokenError();
+  const size_t off = p_.sHead % p_.cap;
+  const size_t n = std::min<uint64_t>(p_.cap - (p_.sHead - p_.sFreed), p_.cap - off);
+  return {p_.sbuf.get() + off, n};
+}
+
+void UcxSendPipe::commit(size_t n) { p_.sHead += n; }
+
+void UcxSendPipe::flush() {
+  bool pending;
+  {
+    std::lock_guard lk(p_.t.mu);
+    if (p_.t.failed) return;
+    p_.postSends();
+    pending = !p_.inflight.empty();
+  }
+  if (pending) p_.t.kick();
+}
+
+std::span<const std::byte> UcxRecvPipe::peek() {
+  std::lock_guard lk(p_.t.mu);
+  p_.fresh = false;
+  if (p_.rHead == p_.rTail) {
+    p_.t.progressLocked();
+    p_.postRecv();
+    if (p_.rHead == p_.rTail) {
+      if (!p_.broken.empty()) throw p_.brokenError();
+      return {};
+    }
+  }
+  const size_t off = p_.rTail % p_.cap;
+  const size_t n = std::min<uint64_t>(p_.rHead - p_.rTail, p_.cap - off);
+  return {p_.rbuf.get() + off, n};
+}
+
+void UcxRecvPipe::consume(size_t n) {
+  std::lock_guard lk(p_.t.mu);
+  p_.rTail += n;
+  p_.postRecv();
+}
+
+// ---- The transport --------------------------------------------------------------------------------
+
+UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector<bool>& peers,
+                           const UcxOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& t = *impl_;
+  t.o = options;
+  t.rank = rank;
+  std::string why;
+  const UcxApi* api = UcxApi::get(&why);
+  if (!api) throw Error(chorusSystemError, why);
+  const size_t cap = std::max<size_t>(alignUp(options.ringBytes, 64), 4096);
+
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = api->config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_config_read: ", statusText(st)));
+  if (!options.tls.empty()) {
+    st = api->config_modify(config, "TLS", options.tls.c_str());
+    if (st != UCS_OK) {
+      api->config_release(config);
+      throw Error(chorusInvalidArgument, strCat("UCX refuses TLS=", options.tls, ": ", statusText(st)));
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_STREAM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  st = api->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &t.ctx);
+  if (st != UCS_OK) {
+    // Transports without wake-up events: the progress thread and idle waits poll instead.
+    params.features &= ~static_cast<uint64_t>(UCP_FEATURE_WAKEUP);
+    st = api->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &t.ctx);
+  }
+  api->config_release(config);
+  if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_init: ", statusText(st)));
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  st = api->worker_create(t.ctx, &wp, &t.worker);
+  if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_worker_create: ", statusText(st)));
+  if ((params.features & UCP_FEATURE_WAKEUP) && api->worker_get_efd(t.worker, &t.efd) != UCS_OK) t.efd = -1;
+
+  ucp_address_t* address = nullptr;
+  size_t addressLength = 0;
+  st = api->worker_get_address(t.worker, &address, &addressLength);
+  if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_worker_get_address: ", statusText(st)));
+  store.set(strCat("ucx/", rank), std::span(reinterpret_cast<const std::byte*>(address), addressLength));
+  api->worker_release_address(t.worker, address);
+
+  t.peers.resize(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank || !peers[static_cast<size_t>(r)]) continue;
+    std::vector<std::byte> remote;
+    try {
+      remote = store.get(strCat("ucx/", r), options.timeout);
+    } catch (const Error& e) {
+      throw Error(e.code(), strCat("rank ", r, " did not publish its UCX worker address: ", e.what()));
+    }
+    auto p = std::make_unique<UcxPeer>(t, r, cap);
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(remote.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
+      static_cast<UcxPeer*>(arg)->setBroken(statusText(status));
+    };
+    ep.err_handler.arg = p.get();
+    st = api->ep_create(t.worker, &ep, &p->ep);
+    if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_ep_create to rank ", r, ": ", statusText(st)));
+    t.peers[static_cast<size_t>(r)] = std::move(p);
+  }
+
+  // Hello: proves every endpoint carries messages both ways (and wires them up now, not in the
+  // first collective).
+  std::vector<bool> heard(static_cast<size_t>(nranks), false);
+  int waiting = 0;
+  for (auto& p : t.peers) {
+    if (!p) continue;
+    t.sendControl(*p, kHelloTag, options.commId);
+    ++waiting;
+  }
+  const auto deadline = Clock::now() + options.timeout;
+  while (waiting > 0 || t.controlPending()) {
+    t.progressLocked();
+    int from = -1;
+    std::string text;
+    while (t.takeControl(kHelloTag, &from, &text, deadline)) {
+      UcxPeer* p = t.peer(from);
+      if (!p || heard[static_cast<size_t>(from)] || text != options.commId) {
+        throw Error(chorusInternalError, strCat("UCX hello from rank ", from, " does not belong to communicator ",
+                                                options.commId));
+      }
+      heard[static_cast<size_t>(from)] = true;
+      --waiting;
+    }
+    for (auto& p : t.peers) {
+      if (p && !p->broken.empty()) throw p->brokenError();
+    }
+    if (Clock::now() > deadline) {
+      std::string missing;
+      for (auto& p : t.peers) {
+        if (p && !heard[static_cast<size_t>(p->rank)]) missing += strCat(missing.empty() ? "" : ", ", p->rank);
+      }
+      throw Error(chorusTimeout, strCat("no UCX hello from rank(s) ", missing.empty() ? "-" : missing, " within ",
+                                        options.timeout.count(), " ms"));
+    }
+    if (waiting > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  t.texts.clear();
+  t.controlOut.clear();
+  for (auto& p : t.peers) {
+    if (p) p->postRecv();
+  }
+  local_ = strCat("UCX ", api->get_version_string(), " (", options.tls.empty() ? "UCX's own transports" : options.tls,
+                  t.efd < 0 ? ", no wake-up events" : "", ")");
+  t.progress = std::thread([&t] { t.progressLoop(); });
+}
+
+UcxTransport::~UcxTransport() = default;
+
+SendPipe& UcxTransport::sendPipe(int peer) { return impl_->peer(peer)->sendPipe; }
+RecvPipe& UcxTransport::recvPipe(int peer) { return impl_->peer(peer)->recvPipe; }
+
+void UcxTransport::publishFailure(const std::string& text) {
+  Impl& t = *impl_;
+  std::lock_guard lk(t.mu);
+  if (t.failed) return;
+  t.failed = true;
+  for (auto& p : t.peers) {
+    if (p && p->broken.empty()) t.sendControl(*p, kNoticeTag, text.substr(0, kMaxControl));
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+  while (t.controlPending() && Clock::now() < deadline) t.progressLocked();
+}
+
+int UcxTransport::findPeerFailure(std::string* text) {
+  Impl& t = *impl_;
+  std::lock_guard lk(t.mu);
+  t.progressLocked();
+  int from = -1;
+  std::string got;
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  try {
+    while (t.takeControl(kNoticeTag, &from, &got, deadline)) {
+      if (UcxPeer* p = t.peer(from); p && !p->noticed) {
+        p->noticed = true;
+        p->notice = std::move(got);
+      }
+    }
+  } catch (const Error&) {
+    // A notice that does not complete is not a failure report; the next call tries again.
+  }
+  for (auto& p : t.peers) {
+    if (p && p->noticed) {
+      *text = p->notice;
+      return p->rank;
+    }
+  }
+  return -1;
+}
+
+void UcxTransport::waitReadable(std::chrono::microseconds timeout) {
+  Impl& t = *impl_;
+  {
+    std::lock_guard lk(t.mu);
+    t.progressLocked();
+    for (auto& p : t.peers) {
+      if (!p) continue;
+      p->postRecv();
+      if (p->fresh) return;
+    }
+    if (t.efd >= 0 && ucx().worker_arm(t.worker) != UCS_OK) return;
+  }
+  if (t.efd < 0) {
+    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(200)));
+    return;
+  }
+  pollfd pf{t.efd, POLLIN, 0};
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  ::ppoll(&pf, 1, &ts, nullptr);
+}
+
+size_t UcxTransport::memoryBytes() const {
+  size_t total = 0;
+  for (const auto& p : impl_->peers) total += p ? 2 * p->cap : 0;
+  return total;
+}
+
+}  // namespace chorus::transport
