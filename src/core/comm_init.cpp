@@ -202,15 +202,18 @@ std::vector<transport::NetKind> CommImpl::netOffers() {
 #if CHORUS_HAVE_UCX
   ucx = transport::ucxAvailable(&ucxWhy);
 #endif
-  if (env.net == "tcp") return {NetKind::Tcp};
-  if (env.net == "ucx") {
-    if (!ucx) fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=ucx, but ", ucxWhy));
-    return {NetKind::Ucx};
-  }
-  if (env.net == "ib") {
-    fail(chorusInvalidUsage, strCat("rank ", rank_,
-                                    ": CHORUS_NET=ib asks for the RDMA verbs transport, which this build of Chorus "
-                                    "does not have yet; use CHORUS_NET=ucx (UCX drives RDMA devices) or tcp"));
+  if (!env.net.empty()) {
+    std::vector<NetKind> kinds;
+    for (NetKind k : transport::parseNetKinds(env.net)) {
+      if (k == NetKind::Ucx && !ucx) fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
+      if (k == NetKind::Ib) {
+        fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net,
+                                        " names ib, the RDMA verbs transport, which this build of Chorus does not "
+                                        "have yet; use ucx (UCX drives RDMA devices) or tcp"));
+      }
+      kinds.push_back(k);
+    }
+    return kinds;
   }
   // Automatic: UCX only where there is RDMA hardware for it to use; over Ethernet alone Chorus's
   // own TCP transport is the faster (docs/networking.md has the measurements).

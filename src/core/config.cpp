@@ -142,14 +142,22 @@ EnvConfig readEnv() {
     else
       c.virtualHosts = static_cast<int>(n);
   }
-  // CHORUS_NET: the transport between hosts: tcp (the default and, for now, the only one built).
+  // CHORUS_NET: the kinds of transport between hosts this rank offers (a comma list of tcp, ucx,
+  // ib); each pair of ranks uses the best kind both offer. Unset: chosen from what is there.
   if (const char* v = std::getenv("CHORUS_NET")) {
     std::string s = v;
     for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (s == "tcp" || s == "ucx" || s == "ib" || s.empty())
+    bool ok = true;
+    for (size_t at = 0; at < s.size();) {
+      const size_t comma = std::min(s.find(',', at), s.size());
+      const std::string item = s.substr(at, comma - at);
+      ok = ok && (item == "tcp" || item == "ucx" || item == "ib");
+      at = comma + 1;
+    }
+    if (ok && !s.ends_with(','))
       c.net = s;
     else
-      note(strCat("CHORUS_NET='", v, "' is not one of tcp, ucx, ib"));
+      note(strCat("CHORUS_NET='", v, "' is not a comma list of tcp, ucx, ib"));
   }
   // CHORUS_SOCKET_IFNAME: which interfaces the TCP transport may use (NCCL's syntax: prefixes, a
   // leading ^ excludes, a leading = matches exact names). CHORUS_SOCKET_FAMILY: 4 or 6.
