@@ -17,6 +17,9 @@
 #include "topology/comm_topology.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/tcp/net_interfaces.hpp"
+#if CHORUS_HAVE_UCX
+#include "transports/ucx/ucx_transport.hpp"
+#endif
 
 namespace {
 
@@ -65,11 +68,20 @@ int main(int argc, char** argv) {
       netChoice = strCat("none: ", e.what());
     }
 
+    // UCX: built in, and loadable here?
+    std::string ucxState = "not built (configured with CHORUS_WITH_UCX=OFF)";
+    bool ucxReady = false;
+#if CHORUS_HAVE_UCX
+    ucxReady = transport::ucxAvailable(&ucxState);
+    if (ucxReady) ucxState = "yes (between hosts with CHORUS_NET=ucx, or automatically where RDMA devices exist)";
+    else ucxState = strCat("built, but not usable here: ", ucxState);
+#endif
+
     if (json) {
       Json j;
       j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
       j["cpu_kernels"] = kernels::simdLevel();
-      j["transports"] = {{"shm", true}, {"tcp", true}, {"ucx", false}, {"verbs", false}, {"cuda", false}};
+      j["transports"] = {{"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", false}, {"cuda", false}};
       Json list = Json::array();
       for (const auto& n : ifaces) {
         list.push_back({{"name", n.name},
@@ -83,7 +95,9 @@ int main(int argc, char** argv) {
                       {"CHORUS_SOCKET_FAMILY", env.socketFamily},
                       {"CHORUS_SOCKET_NSTREAMS", env.socketStreams},
                       {"CHORUS_SOCKET_BUFFER_BYTES", env.socketBufferBytes},
-                      {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum}};
+                      {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum},
+                      {"CHORUS_NET", env.net},
+                      {"ucx", ucxState}};
       j["dev_shm_free_bytes"] = transport::shmFreeBytes();
       j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                      {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -120,7 +134,9 @@ int main(int argc, char** argv) {
     std::printf("                   %d stream(s) per pair, %s rings, checksum %s (docs/networking.md)\n",
                 env.socketStreams, formatBytes(env.socketBufferBytes).c_str(),
                 env.socketChecksum ? "on" : "off");
-    std::printf("  ucx, verbs       not built yet\n");
+    std::printf("  ucx              %s\n", ucxState.c_str());
+    std::printf("  verbs            not built yet\n");
+    std::printf("  CHORUS_NET       %s\n", env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
     std::printf("  cuda             not built\n");
     std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
     std::printf("\nConfiguration (environment, then defaults)\n");
