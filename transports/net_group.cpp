@@ -61,7 +61,8 @@ bool chooseNetKind(const std::vector<NetKind>& mine, const std::vector<NetKind>&
 
 NetGroup::NetGroup(std::vector<std::unique_ptr<NetTransport>> transports, std::vector<int> byPeer)
     : transports_(std::move(transports)), byPeer_(std::move(byPeer)) {
-  for (const auto& t : transports_) local_ += strCat(local_.empty() ? "" : "; ", t->name(), ": ", t->describeLocal());
+  for (const auto& t : transports_)
+    local_ += strCat(local_.empty() ? "" : "; ", t->name(), ": ", t->describeLocal());
 }
 
 const char* NetGroup::name() const { return transports_.size() == 1 ? transports_.front()->name() : "mixed"; }

@@ -39,7 +39,7 @@ struct CommTopology;
 namespace transport {
 class NetTransport;
 enum class NetKind;
-}
+}  // namespace transport
 
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
  public:
@@ -113,7 +113,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
   void initMultiHost(const std::vector<bool>& remote, const std::string& id);
   std::vector<transport::NetKind> netOffers();
-  std::unique_ptr<transport::NetTransport> makeNetTransport(transport::NetKind kind, const std::vector<bool>& peers,
+  std::unique_ptr<transport::NetTransport> makeNetTransport(transport::NetKind kind,
+                                                            const std::vector<bool>& peers,
                                                             const std::string& id);
   /// A peer (on this host or another) that published a failure: its rank, or -1.
   int findPeerFailure(chorusResult_t* code, std::string* text);

@@ -17,8 +17,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "topology/comm_topology.hpp"
-#include "transports/tcp/net_interfaces.hpp"
 #include "transports/net_group.hpp"
+#include "transports/tcp/net_interfaces.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 #if CHORUS_HAVE_UCX
 #include "transports/ucx/ucx_transport.hpp"
@@ -205,11 +205,14 @@ std::vector<transport::NetKind> CommImpl::netOffers() {
   if (!env.net.empty()) {
     std::vector<NetKind> kinds;
     for (NetKind k : transport::parseNetKinds(env.net)) {
-      if (k == NetKind::Ucx && !ucx) fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
+      if (k == NetKind::Ucx && !ucx)
+        fail(chorusInvalidUsage,
+             strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
       if (k == NetKind::Ib) {
-        fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net,
-                                        " names ib, the RDMA verbs transport, which this build of Chorus does not "
-                                        "have yet; use ucx (UCX drives RDMA devices) or tcp"));
+        fail(chorusInvalidUsage,
+             strCat("rank ", rank_, ": CHORUS_NET=", env.net,
+                    " names ib, the RDMA verbs transport, which this build of Chorus does not "
+                    "have yet; use ucx (UCX drives RDMA devices) or tcp"));
       }
       kinds.push_back(k);
     }
@@ -251,8 +254,9 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
     const std::string theirs = store_->getString(strCat("netkinds/", r), config_.timeout);
     NetKind k;
     if (!transport::chooseNetKind(mine, transport::parseNetKinds(theirs), &k)) {
-      fail(chorusInvalidUsage, strCat("rank ", rank_, " (offers ", transport::formatNetKinds(mine), ") and rank ", r,
-                                      " (offers ", theirs, ") have no transport in common; check CHORUS_NET"));
+      fail(chorusInvalidUsage,
+           strCat("rank ", rank_, " (offers ", transport::formatNetKinds(mine), ") and rank ", r, " (offers ",
+                  theirs, ") have no transport in common; check CHORUS_NET"));
     }
     kindOfPeer[static_cast<size_t>(r)] = static_cast<int>(k);
   }
@@ -273,10 +277,12 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
     try {
       transports.push_back(makeNetTransport(k, peers, id));
     } catch (const Error& e) {
-      fail(e.code(), strCat("rank ", rank_, ": setting up the ", transport::netKindName(k), " transport: ", e.what()));
+      fail(e.code(),
+           strCat("rank ", rank_, ": setting up the ", transport::netKindName(k), " transport: ", e.what()));
     }
     for (int r = 0; r < size_; ++r) {
-      if (peers[static_cast<size_t>(r)]) byPeer[static_cast<size_t>(r)] = static_cast<int>(transports.size() - 1);
+      if (peers[static_cast<size_t>(r)])
+        byPeer[static_cast<size_t>(r)] = static_cast<int>(transports.size() - 1);
     }
     summary += strCat(summary.empty() ? "" : ", ", count, " over ", transport::netKindName(k), " (",
                       transports.back()->describeLocal(), ")");

@@ -73,8 +73,10 @@ int main(int argc, char** argv) {
     bool ucxReady = false;
 #if CHORUS_HAVE_UCX
     ucxReady = transport::ucxAvailable(&ucxState);
-    if (ucxReady) ucxState = "yes (between hosts with CHORUS_NET=ucx, or automatically where RDMA devices exist)";
-    else ucxState = strCat("built, but not usable here: ", ucxState);
+    if (ucxReady)
+      ucxState = "yes (between hosts with CHORUS_NET=ucx, or automatically where RDMA devices exist)";
+    else
+      ucxState = strCat("built, but not usable here: ", ucxState);
 #endif
 
     if (json) {
@@ -136,7 +138,8 @@ int main(int argc, char** argv) {
                 env.socketChecksum ? "on" : "off");
     std::printf("  ucx              %s\n", ucxState.c_str());
     std::printf("  verbs            not built yet\n");
-    std::printf("  CHORUS_NET       %s\n", env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
+    std::printf("  CHORUS_NET       %s\n",
+                env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
     std::printf("  cuda             not built\n");
     std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
     std::printf("\nConfiguration (environment, then defaults)\n");

@@ -28,7 +28,8 @@ Loaded load() {
   void* lib = ::dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* err = ::dlerror();
-    l.why = strCat("cannot load libucp.so.0 (install UCX, e.g. Debian's libucx0): ", err ? err : "dlopen failed");
+    l.why =
+        strCat("cannot load libucp.so.0 (install UCX, e.g. Debian's libucx0): ", err ? err : "dlopen failed");
     return l;
   }
   UcxApi& a = l.api;

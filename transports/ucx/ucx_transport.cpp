@@ -138,7 +138,8 @@ struct UcxPeer {
   void retire() {
     while (!inflight.empty() && inflight.front().done) {
       const SendSlot& s = inflight.front();
-      if (s.status != UCS_OK && s.status != UCS_ERR_CANCELED) setBroken(strCat("send: ", statusText(s.status)));
+      if (s.status != UCS_OK && s.status != UCS_ERR_CANCELED)
+        setBroken(strCat("send: ", statusText(s.status)));
       sFreed = s.end;
       inflight.pop_front();
     }
@@ -179,7 +180,8 @@ struct UcxPeer {
       const size_t n = std::min<uint64_t>(cap - (rHead - rTail), cap - off) / kElem * kElem;
       if (n == 0) return;
       ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+      param.op_attr_mask =
+          UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
       param.cb.recv_stream = onRecvDone;
       param.user_data = this;
       param.datatype = ucp_dt_make_contig(kElem);
@@ -205,7 +207,7 @@ struct UcxTransport::Impl {
   int rank = 0;
   ucp_context_h ctx = nullptr;
   ucp_worker_h worker = nullptr;
-  int efd = -1;  // the worker's event fd (-1 where UCX offers no wake-up)
+  int efd = -1;                                 // the worker's event fd (-1 where UCX offers no wake-up)
   std::vector<std::unique_ptr<UcxPeer>> peers;  // by rank; null where not a peer of this transport
   std::mutex mu;                                // serialises every use of the worker
 
@@ -308,7 +310,8 @@ UcxTransport::Impl::~Impl() {
     if (ctx) ucx().cleanup(ctx);
     return;
   }
-  const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(30));
+  const auto deadline =
+      Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(30));
   // Everything the engine committed leaves first (it may not have been flushed by a failing rank).
   for (auto& p : peers) {
     if (p && p->ep && !failed) p->postSends();
@@ -488,7 +491,8 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
     };
     ep.err_handler.arg = p.get();
     st = api->ep_create(t.worker, &ep, &p->ep);
-    if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_ep_create to rank ", r, ": ", statusText(st)));
+    if (st != UCS_OK)
+      throw Error(chorusSystemError, strCat("ucp_ep_create to rank ", r, ": ", statusText(st)));
     t.peers[static_cast<size_t>(r)] = std::move(p);
   }
 
@@ -509,8 +513,8 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
     while (t.takeControl(kHelloTag, &from, &text, deadline)) {
       UcxPeer* p = t.peer(from);
       if (!p || heard[static_cast<size_t>(from)] || text != options.commId) {
-        throw Error(chorusInternalError, strCat("UCX hello from rank ", from, " does not belong to communicator ",
-                                                options.commId));
+        throw Error(chorusInternalError, strCat("UCX hello from rank ", from,
+                                                " does not belong to communicator ", options.commId));
       }
       heard[static_cast<size_t>(from)] = true;
       --waiting;
@@ -521,10 +525,11 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
     if (Clock::now() > deadline) {
       std::string missing;
       for (auto& p : t.peers) {
-        if (p && !heard[static_cast<size_t>(p->rank)]) missing += strCat(missing.empty() ? "" : ", ", p->rank);
+        if (p && !heard[static_cast<size_t>(p->rank)])
+          missing += strCat(missing.empty() ? "" : ", ", p->rank);
       }
-      throw Error(chorusTimeout, strCat("no UCX hello from rank(s) ", missing.empty() ? "-" : missing, " within ",
-                                        options.timeout.count(), " ms"));
+      throw Error(chorusTimeout, strCat("no UCX hello from rank(s) ", missing.empty() ? "-" : missing,
+                                        " within ", options.timeout.count(), " ms"));
     }
     if (waiting > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -533,7 +538,8 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
   for (auto& p : t.peers) {
     if (p) p->postRecv();
   }
-  local_ = strCat("UCX ", api->get_version_string(), " (", options.tls.empty() ? "UCX's own transports" : options.tls,
+  local_ = strCat("UCX ", api->get_version_string(), " (",
+                  options.tls.empty() ? "UCX's own transports" : options.tls,
                   t.efd < 0 ? ", no wake-up events" : "", ")");
   t.progress = std::thread([&t] { t.progressLoop(); });
 }

@@ -71,7 +71,9 @@ struct Pair {
   }
 };
 
-uint8_t pattern(uint64_t i, int from) { return static_cast<uint8_t>((i * 131 + (i >> 13) + from * 7) & 0xFF); }
+uint8_t pattern(uint64_t i, int from) {
+  return static_cast<uint8_t>((i * 131 + (i >> 13) + from * 7) & 0xFF);
+}
 
 // Writes `bytes` of this rank's pattern to the other while reading as many from it; commits are
 // whole 8-byte elements, as the engine's are.
