@@ -39,6 +39,7 @@ struct CommTopology;
 namespace transport {
 class NetTransport;
 enum class NetKind;
+struct IbOptions;
 }  // namespace transport
 
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
@@ -113,6 +114,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
   void initMultiHost(const std::vector<bool>& remote, const std::string& id);
   std::vector<transport::NetKind> netOffers();
+#if CHORUS_HAVE_VERBS
+  transport::IbOptions ibOptions(const std::string& id) const;
+#endif
   std::unique_ptr<transport::NetTransport> makeNetTransport(transport::NetKind kind,
                                                             const std::vector<bool>& peers,
                                                             const std::string& id);

@@ -23,6 +23,9 @@
 #if CHORUS_HAVE_UCX
 #include "transports/ucx/ucx_transport.hpp"
 #endif
+#if CHORUS_HAVE_VERBS
+#include "transports/ib/ib_transport.hpp"
+#endif
 
 namespace chorus {
 
@@ -202,27 +205,46 @@ std::vector<transport::NetKind> CommImpl::netOffers() {
 #if CHORUS_HAVE_UCX
   ucx = transport::ucxAvailable(&ucxWhy);
 #endif
+  std::string ibWhy = "this build has no RDMA verbs transport (configured with CHORUS_WITH_VERBS=OFF)";
+  bool ib = false;
+#if CHORUS_HAVE_VERBS
+  ib = transport::ibAvailable(ibOptions(""), &ibWhy);
+#endif
   if (!env.net.empty()) {
     std::vector<NetKind> kinds;
     for (NetKind k : transport::parseNetKinds(env.net)) {
       if (k == NetKind::Ucx && !ucx)
         fail(chorusInvalidUsage,
              strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
-      if (k == NetKind::Ib) {
-        fail(chorusInvalidUsage,
-             strCat("rank ", rank_, ": CHORUS_NET=", env.net,
-                    " names ib, the RDMA verbs transport, which this build of Chorus does not "
-                    "have yet; use ucx (UCX drives RDMA devices) or tcp"));
-      }
+      if (k == NetKind::Ib && !ib)
+        fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ib, but ", ibWhy));
       kinds.push_back(k);
     }
     return kinds;
   }
-  // Automatic: UCX only where there is RDMA hardware for it to use; over Ethernet alone Chorus's
-  // own TCP transport is the faster (docs/networking.md has the measurements).
-  if (ucx && haveRdmaDevices()) return {NetKind::Ucx, NetKind::Tcp};
-  return {NetKind::Tcp};
+  // Automatic: RDMA verbs where a device is up; UCX only where there is RDMA hardware for it (over
+  // Ethernet alone Chorus's own TCP transport is the faster: docs/networking.md); TCP always.
+  std::vector<NetKind> kinds;
+  if (ib) kinds.push_back(NetKind::Ib);
+  if (ucx && haveRdmaDevices()) kinds.push_back(NetKind::Ucx);
+  kinds.push_back(NetKind::Tcp);
+  if (rank_ == 0 && !ib) logInfo(Subsys::Net, "RDMA verbs transport not used: ", ibWhy);
+  return kinds;
 }
+
+#if CHORUS_HAVE_VERBS
+transport::IbOptions CommImpl::ibOptions(const std::string& id) const {
+  const EnvConfig& env = envConfig();
+  transport::IbOptions ib;
+  ib.commId = id;
+  ib.ringBytes = env.socketBufferBytes;
+  ib.timeout = config_.timeout;
+  ib.hca = env.ibHca;
+  ib.port = env.ibPort;
+  ib.gidIndex = env.ibGidIndex;
+  return ib;
+}
+#endif
 
 void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string& id) {
   using transport::NetKind;
@@ -296,6 +318,10 @@ std::unique_ptr<transport::NetTransport> CommImpl::makeNetTransport(transport::N
                                                                     const std::vector<bool>& peers,
                                                                     const std::string& id) {
   const EnvConfig& env = envConfig();
+#if CHORUS_HAVE_VERBS
+  if (kind == transport::NetKind::Ib)
+    return std::make_unique<transport::IbTransport>(*store_, rank_, size_, peers, ibOptions(id));
+#endif
 #if CHORUS_HAVE_UCX
   if (kind == transport::NetKind::Ucx) {
     transport::UcxOptions ucx;

@@ -195,6 +195,22 @@ EnvConfig readEnv() {
     else
       c.socketBufferBytes = *b;
   }
+  // CHORUS_IB_HCA: which RDMA device the verbs transport uses (a name prefix; default: the first
+  // with an active port). CHORUS_IB_PORT: its port (default 1). CHORUS_IB_GID_INDEX: the GID on
+  // RoCE (default 0).
+  if (const char* v = std::getenv("CHORUS_IB_HCA")) c.ibHca = v;
+  auto smallInt = [&](const char* name, int lo, int hi, int* out) {
+    const char* v = std::getenv(name);
+    if (!v) return;
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < lo || n > hi)
+      note(strCat(name, "='", v, "' must be a number from ", lo, " to ", hi));
+    else
+      *out = static_cast<int>(n);
+  };
+  smallInt("CHORUS_IB_PORT", 1, 255, &c.ibPort);
+  smallInt("CHORUS_IB_GID_INDEX", 0, 255, &c.ibGidIndex);
   // CHORUS_FLIGHT_RECORDER: when an operation fails, write the last operations of the communicator
   // to <value>.<communicator id>.<rank> (default: not written; they are always kept).
   if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER")) c.flightRecorderPath = v;

@@ -33,6 +33,10 @@ struct EnvConfig {
   int socketStreams = 1;
   bool socketChecksum = false;
   size_t socketBufferBytes = size_t{512} << 10;
+  /// The RDMA verbs transport: device name prefix, port, GID index (RoCE).
+  std::string ibHca;
+  int ibPort = 1;
+  int ibGidIndex = 0;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

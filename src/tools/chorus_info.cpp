@@ -20,6 +20,9 @@
 #if CHORUS_HAVE_UCX
 #include "transports/ucx/ucx_transport.hpp"
 #endif
+#if CHORUS_HAVE_VERBS
+#include "transports/ib/ib_transport.hpp"
+#endif
 
 namespace {
 
@@ -79,11 +82,27 @@ int main(int argc, char** argv) {
       ucxState = strCat("built, but not usable here: ", ucxState);
 #endif
 
+    std::string ibState = "not built (configured with CHORUS_WITH_VERBS=OFF)";
+    bool ibReady = false;
+#if CHORUS_HAVE_VERBS
+    {
+      transport::IbOptions o;
+      o.hca = env.ibHca;
+      o.port = env.ibPort;
+      ibReady = transport::ibAvailable(o, &ibState);
+      if (ibReady)
+        ibState = "yes (between hosts, preferred where both ends have an active RDMA port)";
+      else
+        ibState = strCat("built, not used here: ", ibState);
+    }
+#endif
+
     if (json) {
       Json j;
       j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
       j["cpu_kernels"] = kernels::simdLevel();
-      j["transports"] = {{"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", false}, {"cuda", false}};
+      j["transports"] = {
+          {"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", ibReady}, {"cuda", false}};
       Json list = Json::array();
       for (const auto& n : ifaces) {
         list.push_back({{"name", n.name},
@@ -99,7 +118,8 @@ int main(int argc, char** argv) {
                       {"CHORUS_SOCKET_BUFFER_BYTES", env.socketBufferBytes},
                       {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum},
                       {"CHORUS_NET", env.net},
-                      {"ucx", ucxState}};
+                      {"ucx", ucxState},
+                      {"verbs", ibState}};
       j["dev_shm_free_bytes"] = transport::shmFreeBytes();
       j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                      {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -137,7 +157,7 @@ int main(int argc, char** argv) {
                 env.socketStreams, formatBytes(env.socketBufferBytes).c_str(),
                 env.socketChecksum ? "on" : "off");
     std::printf("  ucx              %s\n", ucxState.c_str());
-    std::printf("  verbs            not built yet\n");
+    std::printf("  verbs            %s\n", ibState.c_str());
     std::printf("  CHORUS_NET       %s\n",
                 env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
     std::printf("  cuda             not built\n");
