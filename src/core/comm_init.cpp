@@ -201,9 +201,11 @@ std::vector<transport::NetKind> CommImpl::netOffers() {
   using transport::NetKind;
   const EnvConfig& env = envConfig();
   std::string ucxWhy = "this build has no UCX transport (configured with CHORUS_WITH_UCX=OFF)";
+  // UCX is loaded only when it may be used: named in CHORUS_NET, or RDMA devices exist.
   bool ucx = false;
 #if CHORUS_HAVE_UCX
-  ucx = transport::ucxAvailable(&ucxWhy);
+  if (env.net.find("ucx") != std::string::npos || (env.net.empty() && haveRdmaDevices()))
+    ucx = transport::ucxAvailable(&ucxWhy);
 #endif
   std::string ibWhy = "this build has no RDMA verbs transport (configured with CHORUS_WITH_VERBS=OFF)";
   bool ib = false;
@@ -226,7 +228,7 @@ std::vector<transport::NetKind> CommImpl::netOffers() {
   // Ethernet alone Chorus's own TCP transport is the faster: docs/networking.md); TCP always.
   std::vector<NetKind> kinds;
   if (ib) kinds.push_back(NetKind::Ib);
-  if (ucx && haveRdmaDevices()) kinds.push_back(NetKind::Ucx);
+  if (ucx) kinds.push_back(NetKind::Ucx);
   kinds.push_back(NetKind::Tcp);
   if (rank_ == 0 && !ib) logInfo(Subsys::Net, "RDMA verbs transport not used: ", ibWhy);
   return kinds;
