@@ -24,11 +24,12 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kNoticeFlag = 0x8000'0000u;  // immediate data of a failure notice
 constexpr size_t kNoticeBytes = 4096;
 constexpr int kSendDepth = 128;
-constexpr int kRecvDepth = 64;
+constexpr int kRecvDepth =
+    128;  // as deep as the send queue: a write with immediate never waits for a receive
 constexpr int kSendReserve = 4;  // send slots kept for credits, notices and probes
 constexpr auto kProbeEvery = std::chrono::seconds(1);
 
-enum WrKind : uint64_t { kRecv = 1, kData = 2, kCredit = 3, kNotice = 4, kProbe = 5 };
+enum WrKind : uint64_t { kRecv = 1, kData = 2, kCredit = 3, kNotice = 4, kProbe = 5, kHello = 6 };
 uint64_t wrId(WrKind k, int peer) { return (static_cast<uint64_t>(k) << 32) | static_cast<uint32_t>(peer); }
 WrKind wrKind(uint64_t id) { return static_cast<WrKind>(id >> 32); }
 int wrPeer(uint64_t id) { return static_cast<int>(id & 0xFFFF'FFFFu); }
@@ -52,6 +53,8 @@ struct Endpoint {
   uint64_t ctrlAddr;
   uint32_t ringRkey;
   uint32_t ctrlRkey;
+  uint8_t linkLayer;
+  uint8_t mtu;  // enum ibv_mtu
 };
 
 std::string wcStatusText(ibv_wc_status s) {
@@ -159,16 +162,16 @@ class IbRecvPipe final : public RecvPipe {
 };
 
 struct IbPeer {
-  IbPeer(IbTransport::Impl& t, int rank) : t(t), rank(rank) {}
+  IbPeer(IbTransport::Impl& t, int rank, uint64_t* arrivals) : t(t), rank(rank), arrivals(arrivals) {}
   IbTransport::Impl& t;
   const int rank;
+  uint64_t* arrivals;  // the transport's count of arrivals and failures
   ibv_qp* qp = nullptr;
   Ctrl* ctrl = nullptr;  // this peer's slot in the transport's control block
   Endpoint remote{};
   uint32_t psn = 0;    // this side's first packet sequence number
   int sqUsed = 0;      // send work requests not yet completed
   std::string broken;  // why the queue pair failed; empty while it works
-  bool fresh = false;  // something arrived since the engine last looked
   bool noticed = false;
   std::string notice;
 
@@ -194,7 +197,7 @@ struct IbPeer {
   void setBroken(std::string why) {
     if (!broken.empty()) return;
     broken = std::move(why);
-    fresh = true;
+    ++*arrivals;  // an idle wait returns: the engine's next read reports it
   }
   PeerError brokenError() const {
     return PeerError(chorusRemoteError, strCat("the RDMA connection with rank ", rank, " failed: ", broken));
@@ -221,6 +224,8 @@ struct IbTransport::Impl {
   std::mutex mu;
   bool failed = false;
   Clock::time_point lastProbe = Clock::now();
+  uint64_t arrivals = 0;  // receive completions and failures so far
+  uint64_t seen = 0;      // `arrivals` when the engine last waited
 
   ~Impl();
 
@@ -261,7 +266,7 @@ struct IbTransport::Impl {
           } else {
             p->rHead += imm;
           }
-          p->fresh = true;
+          ++arrivals;
           postRecv(*p);
         } else if (kind == kData && !p->ends.empty()) {
           p->sDone = p->ends.front();
@@ -272,13 +277,10 @@ struct IbTransport::Impl {
   }
 
   // Waits for a free send slot (completions come from the HCA, not from the peer's CPU).
-  bool sendSlot(IbPeer& p, int keep) {
-    const auto deadline = Clock::now() + o.timeout;
+  bool sendSlot(IbPeer& p, int keep, Clock::time_point deadline) {
     while (p.sqUsed >= kSendDepth - keep && p.broken.empty()) {
       pollLocked();
-      if (Clock::now() > deadline) {
-        p.setBroken(strCat("no send completion within ", o.timeout.count(), " ms"));
-      }
+      if (Clock::now() > deadline) p.setBroken("no send completion in time (the peer's HCA does not answer)");
     }
     return p.broken.empty();
   }
@@ -312,9 +314,9 @@ struct IbTransport::Impl {
     return post(p, wr);
   }
 
-  void postData(IbPeer& p) {
+  void postData(IbPeer& p, Clock::time_point deadline) {
     while (p.sPosted < p.sHead && p.broken.empty()) {
-      if (!sendSlot(p, kSendReserve)) return;
+      if (!sendSlot(p, kSendReserve, deadline)) return;
       const size_t off = p.sPosted % p.scap;
       const auto n = static_cast<uint32_t>(std::min<uint64_t>(p.sHead - p.sPosted, p.scap - off));
       if (!write(p, kData, p.sdata() + off, n, p.smr->lkey, p.remote.ringAddr + off, p.remote.ringRkey, &n,
@@ -329,7 +331,7 @@ struct IbTransport::Impl {
   void maybeCredit(IbPeer& p) {
     const uint64_t unsent = p.rTail - p.creditSent;
     if (unsent == 0 || (unsent < p.rcap / 8 && p.rTail != p.rHead) || !p.broken.empty()) return;
-    if (!sendSlot(p, 1)) return;
+    if (!sendSlot(p, 1, Clock::now() + o.timeout)) return;
     const uint64_t value = p.rTail;
     if (write(p, kCredit, &value, sizeof value, 0, p.remote.ctrlAddr + offsetof(Ctrl, credit),
               p.remote.ctrlRkey, nullptr, true))
@@ -344,7 +346,7 @@ IbTransport::Impl::~Impl() {
     const auto deadline =
         Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(30));
     for (auto& p : peers) {
-      if (p && p->qp && !failed) postData(*p);
+      if (p && p->qp && !failed) postData(*p, deadline);
     }
     auto busy = [&] {
       return std::any_of(peers.begin(), peers.end(),
@@ -380,12 +382,11 @@ void IbSendPipe::commit(size_t n) { p_.sHead += n; }
 
 void IbSendPipe::flush() {
   std::lock_guard lk(p_.t.mu);
-  if (!p_.t.failed) p_.t.postData(p_);
+  if (!p_.t.failed) p_.t.postData(p_, Clock::now() + p_.t.o.timeout);
 }
 
 std::span<const std::byte> IbRecvPipe::peek() {
   std::lock_guard lk(p_.t.mu);
-  p_.fresh = false;
   if (p_.rHead == p_.rTail) {
     p_.t.pollLocked();
     if (p_.rHead == p_.rTail) {
@@ -440,12 +441,18 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
   t.noticeMr = v->reg_mr(t.pd, t.noticeOut.get(), kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
   check(t.noticeMr != nullptr, "ibv_reg_mr (notice)");
 
+  // A write's length travels as immediate data whose top bit marks a notice: rings stay below 1 GiB.
+  if (options.ringBytes > (size_t{1} << 30))
+    throw Error(chorusInvalidArgument,
+                strCat("RDMA ring of ", formatBytes(options.ringBytes), " (at most 1 GiB)"));
   const size_t rcap = std::max<size_t>(alignUp(options.ringBytes, 64), 4096);
   t.peers.resize(static_cast<size_t>(nranks));
   int slot = 0;
   for (int r = 0; r < nranks; ++r) {
     if (r == rank || !peers[static_cast<size_t>(r)]) continue;
-    auto p = std::make_unique<IbPeer>(t, r);
+    // Owned by the transport at once: a failure below releases what was made (Impl::~Impl).
+    t.peers[static_cast<size_t>(r)] = std::make_unique<IbPeer>(t, r, &t.arrivals);
+    IbPeer* p = t.peers[static_cast<size_t>(r)].get();
     p->ctrl = static_cast<Ctrl*>(t.ctrlBlock.get()) + slot++;
     p->rcap = rcap;
     p->rbuf.reset(allocRegion(rcap));
@@ -479,6 +486,8 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
     mine.psn = psn & 0xFFFFFF;
     mine.lid = t.port.lid;
     std::memcpy(mine.gid, t.gid.raw, sizeof mine.gid);
+    mine.linkLayer = t.port.link_layer;
+    mine.mtu = static_cast<uint8_t>(t.port.active_mtu);
     mine.ringAddr = reinterpret_cast<uintptr_t>(p->rbuf.get());
     mine.ringBytes = rcap;
     mine.ringRkey = p->rmr->rkey;
@@ -486,7 +495,6 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
     mine.ctrlRkey = t.ctrlMr->rkey;
     store.set(strCat("ib/", rank, "/", r), std::span(reinterpret_cast<const std::byte*>(&mine), sizeof mine));
     p->psn = mine.psn;
-    t.peers[static_cast<size_t>(r)] = std::move(p);
   }
   for (auto& p : t.peers) {
     if (!p) continue;
@@ -504,13 +512,19 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
         options.commId.substr(0, sizeof p->remote.comm))
       throw Error(chorusInternalError,
                   strCat("rank ", p->rank, "'s RDMA endpoint belongs to another communicator"));
+    if (p->remote.linkLayer != t.port.link_layer) {
+      throw Error(
+          chorusInvalidUsage,
+          strCat(t.device, " is ", ethernet ? "RoCE (Ethernet)" : "InfiniBand", " but rank ", p->rank,
+                 "'s device is not: no RDMA path between them (set CHORUS_NET=tcp, or CHORUS_IB_HCA)"));
+    }
     p->scap = p->remote.ringBytes;
     p->sbuf.reset(allocRegion(p->scap));
     p->smr = v->reg_mr(t.pd, p->sbuf.get(), p->scap, IBV_ACCESS_LOCAL_WRITE);
     check(p->smr != nullptr, "ibv_reg_mr (send ring)");
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = t.port.active_mtu;
+    a.path_mtu = std::min(t.port.active_mtu, static_cast<ibv_mtu>(p->remote.mtu));
     a.dest_qp_num = p->remote.qpn;
     a.rq_psn = p->remote.psn;
     a.max_dest_rd_atomic = 1;
@@ -552,6 +566,23 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
       throw Error(e.code(), strCat("rank ", p->rank, " did not connect its RDMA queue pair: ", e.what()));
     }
   }
+  // A zero-byte write with immediate to every peer proves the path now, not in the first collective.
+  const auto deadline = Clock::now() + options.timeout;
+  for (auto& p : t.peers) {
+    if (!p) continue;
+    const uint32_t zero = 0;
+    t.write(*p, kHello, nullptr, 0, 0, p->remote.ringAddr, p->remote.ringRkey, &zero, false);
+  }
+  for (auto& p : t.peers) {
+    if (!p) continue;
+    while (p->sqUsed > 0 && p->broken.empty() && Clock::now() < deadline) t.pollLocked();
+    if (!p->broken.empty() || p->sqUsed > 0) {
+      throw Error(chorusSystemError,
+                  strCat("no RDMA path to rank ", p->rank, " from ", t.device, ": ",
+                         p->broken.empty() ? std::string("no completion in time") : p->broken));
+    }
+  }
+  t.seen = t.arrivals;
   local_ = strCat(
       t.device, " port ", options.port,
       ethernet ? strCat(" (RoCE, GID index ", options.gidIndex, ")") : strCat(" (LID ", t.port.lid, ")"));
@@ -570,12 +601,12 @@ void IbTransport::publishFailure(const std::string& text) {
   const auto n = static_cast<uint32_t>(std::min(text.size(), kNoticeBytes));
   std::memcpy(t.noticeOut.get(), text.data(), n);
   const uint32_t imm = kNoticeFlag | n;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
   for (auto& p : t.peers) {
-    if (!p || !p->broken.empty() || !t.sendSlot(*p, 0)) continue;
+    if (!p || !p->broken.empty() || !t.sendSlot(*p, 0, deadline)) continue;
     t.write(*p, kNotice, t.noticeOut.get(), n, t.noticeMr->lkey, p->remote.ctrlAddr + offsetof(Ctrl, notice),
             p->remote.ctrlRkey, &imm, false);
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
   auto busy = [&] {
     return std::any_of(t.peers.begin(), t.peers.end(),
                        [](auto& p) { return p && p->broken.empty() && p->sqUsed > 0; });
@@ -609,8 +640,11 @@ void IbTransport::waitReadable(std::chrono::microseconds timeout) {
   {
     std::lock_guard lk(t.mu);
     t.pollLocked();
-    for (auto& p : t.peers) {
-      if (p && p->fresh) return;
+    // Only what is new since the last wait ends it: unread data of a peer the engine is not
+    // reading now would otherwise make every wait return at once.
+    if (t.arrivals != t.seen) {
+      t.seen = t.arrivals;
+      return;
     }
   }
   // Completions are polled (no completion channel): short sleeps keep the latency low.

@@ -283,6 +283,7 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (!q || q->state != IBV_QPS_RTS) {
       if (q && q->state == IBV_QPS_ERR) {
         // Posting to a queue pair in error is allowed; the request completes as flushed.
+        ++q->outstanding;
         complete(w, q->sendCq, sendWc(wr->wr_id, IBV_WC_WR_FLUSH_ERR, qp->qp_num));
         continue;
       }

@@ -30,13 +30,14 @@ IbOptions fakeOptions(size_t ringBytes = 64 << 10) {
 
 struct Pair {
   std::unique_ptr<IbTransport> t[2];
-  explicit Pair(const IbOptions& o) {
+  explicit Pair(const IbOptions& o) : Pair(o, o) {}
+  Pair(const IbOptions& o, const IbOptions& o1) {
     auto store = makeInProcessStore();
     std::vector<bool> peers = {true, true};
     std::exception_ptr otherError;
     std::thread other([&] {
       try {
-        t[1] = std::make_unique<IbTransport>(*store, 1, 2, peers, o);
+        t[1] = std::make_unique<IbTransport>(*store, 1, 2, peers, o1);
       } catch (...) {
         otherError = std::current_exception();
       }
@@ -108,6 +109,19 @@ TEST(IbTransport, SetUpFailsNamingTheDevice) {
     FAIL() << "set up on a device whose port is down";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mlx5_0 (port 1 is not active)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IbTransport, InfiniBandAndRoceEndsAreRefusedAtSetUp) {
+  fake::reset({{"ib0", true, false}, {"roce0", true, true}});
+  IbOptions a = fakeOptions(), b = fakeOptions();
+  a.hca = "ib0";
+  b.hca = "roce0";
+  try {
+    Pair p(a, b);
+    FAIL() << "an InfiniBand and a RoCE end were connected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no RDMA path between them"), std::string::npos) << e.what();
   }
 }
 
