@@ -49,9 +49,11 @@ Loaded load() {
   loadOne(lib, "ucp_worker_arm", a.worker_arm, w);
   loadOne(lib, "ucp_ep_create", a.ep_create, w);
   loadOne(lib, "ucp_ep_close_nbx", a.ep_close_nbx, w);
+  loadOne(lib, "ucp_ep_flush_nbx", a.ep_flush_nbx, w);
   loadOne(lib, "ucp_stream_send_nbx", a.stream_send_nbx, w);
   loadOne(lib, "ucp_stream_recv_nbx", a.stream_recv_nbx, w);
   loadOne(lib, "ucp_tag_send_nbx", a.tag_send_nbx, w);
+  loadOne(lib, "ucp_tag_recv_nbx", a.tag_recv_nbx, w);
   loadOne(lib, "ucp_tag_probe_nb", a.tag_probe_nb, w);
   loadOne(lib, "ucp_tag_msg_recv_nbx", a.tag_msg_recv_nbx, w);
   loadOne(lib, "ucp_request_check_status", a.request_check_status, w);

@@ -24,9 +24,11 @@ struct UcxApi {
   decltype(&::ucp_worker_arm) worker_arm;
   decltype(&::ucp_ep_create) ep_create;
   decltype(&::ucp_ep_close_nbx) ep_close_nbx;
+  decltype(&::ucp_ep_flush_nbx) ep_flush_nbx;
   decltype(&::ucp_stream_send_nbx) stream_send_nbx;
   decltype(&::ucp_stream_recv_nbx) stream_recv_nbx;
   decltype(&::ucp_tag_send_nbx) tag_send_nbx;
+  decltype(&::ucp_tag_recv_nbx) tag_recv_nbx;
   decltype(&::ucp_tag_probe_nb) tag_probe_nb;
   decltype(&::ucp_tag_msg_recv_nbx) tag_msg_recv_nbx;
   decltype(&::ucp_request_check_status) request_check_status;

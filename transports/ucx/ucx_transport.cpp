@@ -1,11 +1,14 @@
 #include "transports/ucx/ucx_transport.hpp"
 
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
 
+#include "bootstrap/socket_util.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "transports/ucx/ucx_api.hpp"
@@ -21,9 +24,10 @@ using Clock = std::chrono::steady_clock;
 constexpr ucp_tag_t kKindMask = 0xFFFF'0000'0000'0000ULL;
 constexpr ucp_tag_t kHelloTag = 0xC401'0000'0000'0000ULL;
 constexpr ucp_tag_t kNoticeTag = 0xC402'0000'0000'0000ULL;
+constexpr ucp_tag_t kCreditTag = 0xC403'0000'0000'0000ULL;
 constexpr ucp_tag_t kRankMask = 0xFFFF'FFFFULL;
-constexpr size_t kMaxControl = 64 << 10;  // longest hello or failure notice taken in
-constexpr size_t kElem = 8;               // stream receives complete in whole 8-byte elements
+constexpr size_t kMaxControl = 4096;  // longest hello or failure notice taken in
+constexpr size_t kElem = 8;           // stream receives complete in whole 8-byte elements
 
 const UcxApi& ucx() { return *UcxApi::get(nullptr); }
 
@@ -97,26 +101,41 @@ class UcxRecvPipe final : public RecvPipe {
   UcxPeer& p_;
 };
 
+// A credit on its way to the peer: the value must live until UCX has sent it.
+struct CreditOut {
+  uint64_t value = 0;
+  SendSlot slot;
+};
+
 struct UcxPeer {
-  UcxPeer(UcxTransport::Impl& t, int rank, size_t cap)
-      : t(t), rank(rank), cap(cap), sbuf(new std::byte[cap]), rbuf(new std::byte[cap]) {}
+  UcxPeer(UcxTransport::Impl& t, int rank, size_t cap, uint64_t* arrivals)
+      : t(t), rank(rank), cap(cap), arrivals(arrivals), sbuf(new std::byte[cap]), rbuf(new std::byte[cap]) {}
 
   UcxTransport::Impl& t;
   const int rank;
   const size_t cap;
+  uint64_t* arrivals;  // the transport's count of arrivals, credits and failures
   ucp_ep_h ep = nullptr;
   std::string broken;  // why the endpoint failed; empty while it works
 
   // Send ring: [sFreed, sPosted) is owned by UCX, [sPosted, sHead) committed but not yet flushed.
+  // At most `cap` bytes may be unread by the peer (`credit` is how much it has read), so what UCX
+  // holds for this rank on the peer's side is bounded too.
   std::unique_ptr<std::byte[]> sbuf;
   uint64_t sHead = 0, sPosted = 0, sFreed = 0;
   std::deque<SendSlot> inflight;
+  uint64_t credit = 0;
+  uint64_t creditIn = 0;  // the posted credit receive lands here
+  bool creditActive = false;
+  bool flushActive = false;  // an endpoint flush is in progress (bytes UCX still has to push)
 
   // Receive ring: [rTail, rHead) received and unread; one receive is posted into the free space.
   std::unique_ptr<std::byte[]> rbuf;
   uint64_t rHead = 0, rTail = 0;
   bool rActive = false;
-  bool fresh = false;  // data arrived since the engine last looked
+  bool recvDead = false;  // UCX refused a receive: nothing more will arrive
+  uint64_t creditSent = 0;
+  std::deque<CreditOut> creditsOut;
 
   std::string notice;  // the peer's failure notice
   bool noticed = false;
@@ -127,14 +146,15 @@ struct UcxPeer {
   void setBroken(std::string why) {
     if (!broken.empty()) return;
     broken = std::move(why);
-    fresh = true;  // an idle wait returns: the engine's next read reports it
+    ++*arrivals;  // an idle wait returns: the engine's next read reports it
   }
   PeerError brokenError() const {
     return PeerError(chorusRemoteError, strCat("the UCX connection with rank ", rank, " failed: ", broken,
                                                " (the peer exited, was killed, or cannot be reached)"));
   }
+  size_t sendRoom() const { return cap - (sHead - std::min(sFreed, credit)); }
 
-  // Frees the ring space of completed sends (in order).
+  // Frees the ring space of completed sends (in order), and finished credit messages.
   void retire() {
     while (!inflight.empty() && inflight.front().done) {
       const SendSlot& s = inflight.front();
@@ -143,6 +163,7 @@ struct UcxPeer {
       sFreed = s.end;
       inflight.pop_front();
     }
+    while (!creditsOut.empty() && creditsOut.front().slot.done) creditsOut.pop_front();
   }
 
   void postSends() {
@@ -161,21 +182,39 @@ struct UcxPeer {
     retire();
   }
 
+  static void onFlushDone(void* request, ucs_status_t, void* user) {
+    static_cast<UcxPeer*>(user)->flushActive = false;
+    ucx().request_free(request);
+  }
+  // A send UCX reports complete may still sit in its transport's buffers (a full socket): an
+  // endpoint flush that does not finish at once hands the rest to the progress thread.
+  bool startFlush() {
+    if (flushActive || !broken.empty()) return flushActive;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = onFlushDone;
+    param.user_data = this;
+    ucs_status_ptr_t r = ucx().ep_flush_nbx(ep, &param);
+    flushActive = r != nullptr && !UCS_PTR_IS_ERR(r);
+    return flushActive;
+  }
+
   static void onRecvDone(void* request, ucs_status_t status, size_t length, void* user) {
     auto* p = static_cast<UcxPeer*>(user);
     p->rActive = false;
     if (status == UCS_OK) {
       p->rHead += length;
-      p->fresh = true;
+      ++*p->arrivals;
     } else if (status != UCS_ERR_CANCELED) {
       p->setBroken(strCat("receive: ", statusText(status)));
     }
     ucx().request_free(request);
   }
 
-  // Keeps one receive posted into the free space of the ring (none while the ring is full).
+  // Keeps one receive posted into the free space of the ring (none while the ring is full). Also
+  // after the endpoint failed: what UCX received before the failure is still read.
   void postRecv() {
-    while (!rActive && broken.empty()) {
+    while (!rActive && !recvDead) {
       const size_t off = rHead % cap;
       const size_t n = std::min<uint64_t>(cap - (rHead - rTail), cap - off) / kElem * kElem;
       if (n == 0) return;
@@ -190,30 +229,86 @@ struct UcxPeer {
       if (r == nullptr) {
         if (length == 0) return;
         rHead += length;
-        fresh = true;
+        ++*arrivals;
       } else if (UCS_PTR_IS_ERR(r)) {
+        recvDead = true;
         setBroken(strCat("receive: ", statusText(UCS_PTR_STATUS(r))));
       } else {
         rActive = true;
       }
     }
   }
+
+  static void onCreditDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+    auto* p = static_cast<UcxPeer*>(user);
+    p->creditActive = false;
+    if (status == UCS_OK) {
+      p->credit = std::max(p->credit, p->creditIn);
+      ++*p->arrivals;
+    }
+    ucx().request_free(request);
+  }
+  // Keeps a receive posted for this peer's credits (how much of this rank's stream it has read).
+  void postCreditRecv(ucp_worker_h worker, ucp_tag_t tag) {
+    while (!creditActive && broken.empty()) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv = onCreditDone;
+      param.user_data = this;
+      ucs_status_ptr_t r = ucx().tag_recv_nbx(worker, &creditIn, sizeof creditIn,
+                                              tag | static_cast<ucp_tag_t>(rank), ~ucp_tag_t{0}, &param);
+      if (r == nullptr) {
+        credit = std::max(credit, creditIn);
+        ++*arrivals;
+      } else if (UCS_PTR_IS_ERR(r)) {
+        return;
+      } else {
+        creditActive = true;
+      }
+    }
+  }
+  // Tells the peer how much of its stream this rank has read, when it is worth a message.
+  void maybeCredit(ucp_tag_t tag, int self) {
+    const uint64_t unsent = rTail - creditSent;
+    if (unsent == 0 || (unsent < cap / 4 && rTail != rHead) || !broken.empty()) return;
+    CreditOut& c = creditsOut.emplace_back();
+    c.value = rTail;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = onSendDone;
+    param.user_data = &c.slot;
+    settle(ucx().tag_send_nbx(ep, &c.value, sizeof c.value, tag | static_cast<ucp_tag_t>(self), &param),
+           c.slot);
+    creditSent = rTail;
+  }
 };
 
 // ---- The worker and its peers ---------------------------------------------------------------------
+
+// A control message (hello, failure notice) being received.
+struct ControlIn {
+  TagRecv done;
+  std::vector<char> data;
+  int from = -1;
+};
 
 struct UcxTransport::Impl {
   UcxOptions o;
   int rank = 0;
   ucp_context_h ctx = nullptr;
   ucp_worker_h worker = nullptr;
-  int efd = -1;                                 // the worker's event fd (-1 where UCX offers no wake-up)
+  int efd = -1;  // the worker's event fd (-1 where UCX offers no wake-up)
+  net::Fd wake;  // the progress thread tells an idle engine that something arrived
   std::vector<std::unique_ptr<UcxPeer>> peers;  // by rank; null where not a peer of this transport
   std::mutex mu;                                // serialises every use of the worker
+  uint64_t arrivals = 0;                        // data, credits and failures taken in so far
+  uint64_t seen = 0;                            // `arrivals` when the engine last waited
+  uint64_t told = 0;                            // `arrivals` when the progress thread last woke the engine
 
   bool failed = false;              // publishFailure was called: nothing more is sent
   std::deque<std::string> texts;    // control payloads UCX may still be sending
   std::deque<SendSlot> controlOut;  // their completions
+  std::vector<std::unique_ptr<ControlIn>> controlIn;
 
   std::mutex kickMu;
   std::condition_variable kickCv;
@@ -227,12 +322,14 @@ struct UcxTransport::Impl {
     while (ucx().worker_progress(worker) != 0) {
     }
     for (auto& p : peers) {
-      if (p) p->retire();
+      if (!p) continue;
+      p->retire();
+      p->postCreditRecv(worker, kCreditTag);
     }
   }
   bool sendsPending() const {
     for (const auto& p : peers) {
-      if (p && !p->inflight.empty()) return true;
+      if (p && (!p->inflight.empty() || p->flushActive || !p->creditsOut.empty())) return true;
     }
     return false;
   }
@@ -257,45 +354,38 @@ struct UcxTransport::Impl {
   bool controlPending() const {
     return std::any_of(controlOut.begin(), controlOut.end(), [](const SendSlot& s) { return !s.done; });
   }
-  // Takes in one control message of `kind` if one arrived: true with its sender and text.
-  bool takeControl(ucp_tag_t kind, int* from, std::string* text, Clock::time_point deadline) {
-    ucp_tag_recv_info_t info{};
-    ucp_tag_message_h msg = ucx().tag_probe_nb(worker, kind, kKindMask, 1, &info);
-    if (!msg) return false;
-    // On the heap: a receive that does not complete in time keeps this memory (leaked on purpose).
-    struct Pending {
-      TagRecv done;
-      std::vector<char> all;
-    };
-    auto pending = std::make_unique<Pending>();
-    pending->all.resize(info.length);
-    TagRecv& done = pending->done;
-    std::vector<char>& all = pending->all;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.recv = onTagRecvDone;
-    param.user_data = &done;
-    ucs_status_ptr_t r = ucx().tag_msg_recv_nbx(worker, all.data(), all.size(), msg, &param);
-    if (r == nullptr) {
-      done.done = true;
-    } else if (UCS_PTR_IS_ERR(r)) {
-      done.done = true;
-      done.status = UCS_PTR_STATUS(r);
-    }
-    while (!done.done) {
-      ucx().worker_progress(worker);
-      if (Clock::now() > deadline) {
-        (void)pending.release();
-        throw Error(chorusTimeout, "a control message from a UCX peer did not arrive in full in time");
+  // Starts receiving every control message of `kind` that arrived; calls onMessage(from, text) for
+  // each one received in full (now or by an earlier call). Never waits.
+  template <class F>
+  void takeControl(ucp_tag_t kind, F&& onMessage) {
+    for (;;) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucx().tag_probe_nb(worker, kind, kKindMask, 1, &info);
+      if (!msg) break;
+      auto& in = controlIn.emplace_back(std::make_unique<ControlIn>());
+      in->from = static_cast<int>(info.sender_tag & kRankMask);
+      in->data.resize(info.length);
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv = onTagRecvDone;
+      param.user_data = &in->done;
+      ucs_status_ptr_t r = ucx().tag_msg_recv_nbx(worker, in->data.data(), in->data.size(), msg, &param);
+      if (r == nullptr) {
+        in->done.done = true;
+      } else if (UCS_PTR_IS_ERR(r)) {
+        in->done.done = true;
+        in->done.status = UCS_PTR_STATUS(r);
       }
     }
-    *from = static_cast<int>(info.sender_tag & kRankMask);
-    if (done.status != UCS_OK) {
-      *text = strCat("(unreadable: ", statusText(done.status), ")");
-    } else {
-      text->assign(all.data(), std::min(all.size(), kMaxControl));
-    }
-    return true;
+    std::erase_if(controlIn, [&](const std::unique_ptr<ControlIn>& in) {
+      if (!in->done.done) return false;
+      if (in->done.status != UCS_OK) {
+        onMessage(in->from, strCat("(unreadable: ", statusText(in->done.status), ")"));
+      } else {
+        onMessage(in->from, std::string(in->data.data(), std::min(in->data.size(), kMaxControl)));
+      }
+      return true;
+    });
   }
   UcxPeer* peer(int r) {
     return r >= 0 && static_cast<size_t>(r) < peers.size() ? peers[static_cast<size_t>(r)].get() : nullptr;
@@ -312,14 +402,21 @@ UcxTransport::Impl::~Impl() {
   }
   const auto deadline =
       Clock::now() + std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(30));
-  // Everything the engine committed leaves first (it may not have been flushed by a failing rank).
-  for (auto& p : peers) {
-    if (p && p->ep && !failed) p->postSends();
-  }
+  // Everything the engine committed leaves first (it may not have been flushed by a failing rank),
+  // within the peer's credits: a peer that stopped reading is not waited for past the deadline.
   auto allBroken = [&] {
     return std::all_of(peers.begin(), peers.end(), [](auto& p) { return !p || !p->broken.empty(); });
   };
-  while ((sendsPending() || controlPending()) && !allBroken() && Clock::now() < deadline) progressLocked();
+  for (;;) {
+    bool more = false;
+    for (auto& p : peers) {
+      if (!p || !p->ep || failed || !p->broken.empty()) continue;
+      if (p->sPosted < p->sHead) p->postSends();
+      more = more || p->sPosted < p->sHead || !p->inflight.empty() || p->startFlush();
+    }
+    if ((!more && !controlPending()) || allBroken() || Clock::now() >= deadline) break;
+    progressLocked();
+  }
   std::vector<void*> closing;
   for (auto& p : peers) {
     if (!p || !p->ep) continue;
@@ -352,6 +449,12 @@ void UcxTransport::Impl::progressLoop() {
       std::lock_guard lk(mu);
       progressLocked();
       pending = sendsPending() || controlPending();
+      if (arrivals != told) {
+        // Taken in here, not by the engine: an engine waiting on the worker's fd may not see it.
+        told = arrivals;
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t w = ::write(wake.get(), &one, sizeof one);
+      }
     }
     if (!pending) {
       std::unique_lock k(kickMu);
@@ -380,11 +483,10 @@ void UcxTransport::Impl::progressLoop() {
 std::span<std::byte> UcxSendPipe::reserve() {
   std::lock_guard lk(p_.t.mu);
   p_.retire();
-  if (p_.sHead - p_.sFreed == p_.cap) p_.t.progressLocked();
+  if (p_.sendRoom() == 0) p_.t.progressLocked();
   if (!p_.broken.empty()) throw p_.brokenError();
   const size_t off = p_.sHead % p_.cap;
-  const size_t n = std::min<uint64_t>(p_.cap - (p_.sHead - p_.sFreed), p_.cap - off);
-  return {p_.sbuf.get() + off, n};
+  return {p_.sbuf.get() + off, std::min<size_t>(p_.sendRoom(), p_.cap - off)};
 }
 
 void UcxSendPipe::commit(size_t n) { p_.sHead += n; }
@@ -395,18 +497,18 @@ void UcxSendPipe::flush() {
     std::lock_guard lk(p_.t.mu);
     if (p_.t.failed) return;
     p_.postSends();
-    pending = !p_.inflight.empty();
+    pending = !p_.inflight.empty() || p_.startFlush();
   }
   if (pending) p_.t.kick();
 }
 
 std::span<const std::byte> UcxRecvPipe::peek() {
   std::lock_guard lk(p_.t.mu);
-  p_.fresh = false;
   if (p_.rHead == p_.rTail) {
     p_.t.progressLocked();
     p_.postRecv();
     if (p_.rHead == p_.rTail) {
+      // A failed endpoint is reported once a fresh receive finds nothing left of what it delivered.
       if (!p_.broken.empty()) throw p_.brokenError();
       return {};
     }
@@ -417,9 +519,15 @@ std::span<const std::byte> UcxRecvPipe::peek() {
 }
 
 void UcxRecvPipe::consume(size_t n) {
-  std::lock_guard lk(p_.t.mu);
-  p_.rTail += n;
-  p_.postRecv();
+  bool pending;
+  {
+    std::lock_guard lk(p_.t.mu);
+    p_.rTail += n;
+    p_.postRecv();
+    p_.maybeCredit(kCreditTag, p_.t.rank);
+    pending = !p_.creditsOut.empty();
+  }
+  if (pending) p_.t.kick();
 }
 
 // ---- The transport --------------------------------------------------------------------------------
@@ -480,7 +588,7 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
     } catch (const Error& e) {
       throw Error(e.code(), strCat("rank ", r, " did not publish its UCX worker address: ", e.what()));
     }
-    auto p = std::make_unique<UcxPeer>(t, r, cap);
+    auto p = std::make_unique<UcxPeer>(t, r, cap, &t.arrivals);
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -495,6 +603,8 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
       throw Error(chorusSystemError, strCat("ucp_ep_create to rank ", r, ": ", statusText(st)));
     t.peers[static_cast<size_t>(r)] = std::move(p);
   }
+  t.wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!t.wake) throw Error(chorusSystemError, strCat("eventfd: ", errnoText(errno)));
 
   // Hello: proves every endpoint carries messages both ways (and wires them up now, not in the
   // first collective).
@@ -508,9 +618,7 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
   const auto deadline = Clock::now() + options.timeout;
   while (waiting > 0 || t.controlPending()) {
     t.progressLocked();
-    int from = -1;
-    std::string text;
-    while (t.takeControl(kHelloTag, &from, &text, deadline)) {
+    t.takeControl(kHelloTag, [&](int from, const std::string& text) {
       UcxPeer* p = t.peer(from);
       if (!p || heard[static_cast<size_t>(from)] || text != options.commId) {
         throw Error(chorusInternalError, strCat("UCX hello from rank ", from,
@@ -518,7 +626,7 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
       }
       heard[static_cast<size_t>(from)] = true;
       --waiting;
-    }
+    });
     for (auto& p : t.peers) {
       if (p && !p->broken.empty()) throw p->brokenError();
     }
@@ -536,8 +644,11 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
   t.texts.clear();
   t.controlOut.clear();
   for (auto& p : t.peers) {
-    if (p) p->postRecv();
+    if (!p) continue;
+    p->postRecv();
+    p->postCreditRecv(t.worker, kCreditTag);
   }
+  t.seen = t.told = t.arrivals;
   local_ = strCat("UCX ", api->get_version_string(), " (",
                   options.tls.empty() ? "UCX's own transports" : options.tls,
                   t.efd < 0 ? ", no wake-up events" : "", ")");
@@ -565,19 +676,12 @@ int UcxTransport::findPeerFailure(std::string* text) {
   Impl& t = *impl_;
   std::lock_guard lk(t.mu);
   t.progressLocked();
-  int from = -1;
-  std::string got;
-  const auto deadline = Clock::now() + std::chrono::seconds(1);
-  try {
-    while (t.takeControl(kNoticeTag, &from, &got, deadline)) {
-      if (UcxPeer* p = t.peer(from); p && !p->noticed) {
-        p->noticed = true;
-        p->notice = std::move(got);
-      }
+  t.takeControl(kNoticeTag, [&](int from, const std::string& got) {
+    if (UcxPeer* p = t.peer(from); p && !p->noticed) {
+      p->noticed = true;
+      p->notice = got;
     }
-  } catch (const Error&) {
-    // A notice that does not complete is not a failure report; the next call tries again.
-  }
+  });
   for (auto& p : t.peers) {
     if (p && p->noticed) {
       *text = p->notice;
@@ -593,20 +697,27 @@ void UcxTransport::waitReadable(std::chrono::microseconds timeout) {
     std::lock_guard lk(t.mu);
     t.progressLocked();
     for (auto& p : t.peers) {
-      if (!p) continue;
-      p->postRecv();
-      if (p->fresh) return;
+      if (p) p->postRecv();
+    }
+    // Only what is new since the last wait ends it: unread data of a peer the engine is not
+    // reading now would otherwise make every wait return at once.
+    if (t.arrivals != t.seen) {
+      t.seen = t.arrivals;
+      return;
     }
     if (t.efd >= 0 && ucx().worker_arm(t.worker) != UCS_OK) return;
   }
-  if (t.efd < 0) {
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(200)));
-    return;
-  }
-  pollfd pf{t.efd, POLLIN, 0};
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  // The worker's events, or the progress thread saying it took something in.
+  pollfd pf[2] = {{t.wake.get(), POLLIN, 0}, {t.efd, POLLIN, 0}};
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          t.efd < 0 ? std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(200)) : timeout)
+          .count();
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  ::ppoll(&pf, 1, &ts, nullptr);
+  if (::ppoll(pf, t.efd < 0 ? 1 : 2, &ts, nullptr) > 0 && (pf[0].revents & POLLIN)) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = ::read(t.wake.get(), &v, sizeof v);
+  }
 }
 
 size_t UcxTransport::memoryBytes() const {

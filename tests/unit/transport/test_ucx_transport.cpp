@@ -157,6 +157,39 @@ TEST(UcxTransport, BothDirectionsAreExactAcrossWraps) {
   EXPECT_NE(p.t[0]->describeLocal().find("tcp"), std::string::npos) << p.t[0]->describeLocal();
 }
 
+TEST(UcxTransport, ASenderStopsAtTheReceiversRingUntilItReads) {
+  // UCX would buffer any amount for a receiver that does not read: credits hold the sender to one
+  // ring's worth of unread data, and reading releases it.
+  if (skipWithoutUcx()) GTEST_SKIP() << "UCX cannot be loaded";
+  const size_t ring = 64 << 10;
+  Pair p("tcp", ring);
+  SendPipe& out = p.t[0]->sendPipe(1);
+  auto fill = [&](uint64_t from, size_t limit) {
+    size_t sent = 0;
+    for (int i = 0; i < 20'000 && sent < limit; ++i) {
+      auto s = out.reserve();
+      const size_t n = std::min(s.size(), limit - sent);
+      for (size_t k = 0; k < n; ++k) s[k] = std::byte{pattern(from + sent + k, 0)};
+      out.commit(n);
+      out.flush();
+      sent += n;
+    }
+    return sent;
+  };
+  EXPECT_EQ(fill(0, 4 * ring), ring);  // no more than one ring unread
+  size_t got = 0, wrong = 0;
+  EXPECT_EQ(readAll(*p.t[1], ring, &got, &wrong), "");
+  EXPECT_EQ(got, ring);
+  // Once read (and credited), the sender goes on.
+  size_t more = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (more < ring && std::chrono::steady_clock::now() < deadline) more += fill(ring + more, ring - more);
+  EXPECT_EQ(more, ring);
+  EXPECT_EQ(readAll(*p.t[1], 2 * ring, &got, &wrong), "");
+  EXPECT_EQ(got, 2 * ring);
+  EXPECT_EQ(wrong, 0u);
+}
+
 TEST(UcxTransport, SharedMemoryAloneIsRefusedClearly) {
   // UCX's shared-memory transports cannot report a failed peer, which Chorus's endpoints require:
   // with nothing else allowed, setting up fails with UCX's reason instead of hanging later.
