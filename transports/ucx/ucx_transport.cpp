@@ -27,7 +27,9 @@ constexpr ucp_tag_t kNoticeTag = 0xC402'0000'0000'0000ULL;
 constexpr ucp_tag_t kCreditTag = 0xC403'0000'0000'0000ULL;
 constexpr ucp_tag_t kRankMask = 0xFFFF'FFFFULL;
 constexpr size_t kMaxControl = 4096;  // longest hello or failure notice taken in
-constexpr size_t kElem = 8;           // stream receives complete in whole 8-byte elements
+constexpr size_t kElem = 8;
+constexpr size_t kCreditRings = 8;  // a sender may have this many rings unread at its peer           //
+                                    // stream receives complete in whole 8-byte elements
 
 const UcxApi& ucx() { return *UcxApi::get(nullptr); }
 
@@ -128,6 +130,7 @@ struct UcxPeer {
   uint64_t creditIn = 0;  // the posted credit receive lands here
   bool creditActive = false;
   bool flushActive = false;  // an endpoint flush is in progress (bytes UCX still has to push)
+  bool needFlush = false;    // a send was not complete at once: flush the endpoint once all are
 
   // Receive ring: [rTail, rHead) received and unread; one receive is posted into the free space.
   std::unique_ptr<std::byte[]> rbuf;
@@ -152,7 +155,13 @@ struct UcxPeer {
     return PeerError(chorusRemoteError, strCat("the UCX connection with rank ", rank, " failed: ", broken,
                                                " (the peer exited, was killed, or cannot be reached)"));
   }
-  size_t sendRoom() const { return cap - (sHead - std::min(sFreed, credit)); }
+  // Unread data a peer may hold: a few rings (more would only grow UCX's buffers; fewer stalls the
+  // stream on the credit round trip).
+  size_t window() const { return kCreditRings * cap; }
+  size_t sendRoom() const {
+    return std::min<uint64_t>(cap - (sHead - sFreed),
+                              window() - std::min<uint64_t>(window(), sHead - credit));
+  }
 
   // Frees the ring space of completed sends (in order), and finished credit messages.
   void retire() {
@@ -176,7 +185,7 @@ struct UcxPeer {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       param.cb.send = onSendDone;
       param.user_data = &slot;
-      settle(ucx().stream_send_nbx(ep, sbuf.get() + off, n, &param), slot);
+      if (settle(ucx().stream_send_nbx(ep, sbuf.get() + off, n, &param), slot)) needFlush = true;
       sPosted += n;
     }
     retire();
@@ -270,7 +279,7 @@ struct UcxPeer {
   // Tells the peer how much of its stream this rank has read, when it is worth a message.
   void maybeCredit(ucp_tag_t tag, int self) {
     const uint64_t unsent = rTail - creditSent;
-    if (unsent == 0 || (unsent < cap / 4 && rTail != rHead) || !broken.empty()) return;
+    if (unsent < window() / 4 || !broken.empty()) return;
     CreditOut& c = creditsOut.emplace_back();
     c.value = rTail;
     ucp_request_param_t param{};
@@ -448,6 +457,13 @@ void UcxTransport::Impl::progressLoop() {
     {
       std::lock_guard lk(mu);
       progressLocked();
+      for (auto& p : peers) {
+        // The last bytes of a large send may still sit in UCX's transport (a full socket).
+        if (p && p->needFlush && p->inflight.empty()) {
+          p->needFlush = false;
+          p->startFlush();
+        }
+      }
       pending = sendsPending() || controlPending();
       if (arrivals != told) {
         // Taken in here, not by the engine: an engine waiting on the worker's fd may not see it.
@@ -497,7 +513,7 @@ void UcxSendPipe::flush() {
     std::lock_guard lk(p_.t.mu);
     if (p_.t.failed) return;
     p_.postSends();
-    pending = !p_.inflight.empty() || p_.startFlush();
+    pending = !p_.inflight.empty();
   }
   if (pending) p_.t.kick();
 }

@@ -158,8 +158,8 @@ TEST(UcxTransport, BothDirectionsAreExactAcrossWraps) {
 }
 
 TEST(UcxTransport, ASenderStopsAtTheReceiversRingUntilItReads) {
-  // UCX would buffer any amount for a receiver that does not read: credits hold the sender to one
-  // ring's worth of unread data, and reading releases it.
+  // UCX would buffer any amount for a receiver that does not read: credits hold the sender to 8
+  // rings of unread data, and reading releases it.
   if (skipWithoutUcx()) GTEST_SKIP() << "UCX cannot be loaded";
   const size_t ring = 64 << 10;
   Pair p("tcp", ring);
@@ -173,20 +173,22 @@ TEST(UcxTransport, ASenderStopsAtTheReceiversRingUntilItReads) {
       out.commit(n);
       out.flush();
       sent += n;
+      p.t[1]->waitReadable(std::chrono::microseconds(0));  // the receiver's UCX takes data in, unread
     }
     return sent;
   };
-  EXPECT_EQ(fill(0, 4 * ring), ring);  // no more than one ring unread
+  EXPECT_EQ(fill(0, 16 * ring), 8 * ring);  // no more than 8 rings unread
   size_t got = 0, wrong = 0;
-  EXPECT_EQ(readAll(*p.t[1], ring, &got, &wrong), "");
-  EXPECT_EQ(got, ring);
+  EXPECT_EQ(readAll(*p.t[1], 8 * ring, &got, &wrong), "");
+  EXPECT_EQ(got, 8 * ring);
   // Once read (and credited), the sender goes on.
   size_t more = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (more < ring && std::chrono::steady_clock::now() < deadline) more += fill(ring + more, ring - more);
+  while (more < ring && std::chrono::steady_clock::now() < deadline)
+    more += fill(8 * ring + more, ring - more);
   EXPECT_EQ(more, ring);
-  EXPECT_EQ(readAll(*p.t[1], 2 * ring, &got, &wrong), "");
-  EXPECT_EQ(got, 2 * ring);
+  EXPECT_EQ(readAll(*p.t[1], 9 * ring, &got, &wrong), "");
+  EXPECT_EQ(got, 9 * ring);
   EXPECT_EQ(wrong, 0u);
 }
 
