@@ -12,10 +12,12 @@
 
 #include "chorus/store.hpp"
 #include "fake_verbs.hpp"
+#include "pipe_test_util.hpp"
 #include "transports/ib/ib_transport.hpp"
 
 using namespace chorus;
 using namespace chorus::transport;
+using namespace chorus::transport::pipetest;
 
 namespace {
 
@@ -28,59 +30,7 @@ IbOptions fakeOptions(size_t ringBytes = 64 << 10) {
   return o;
 }
 
-struct Pair {
-  std::unique_ptr<IbTransport> t[2];
-  explicit Pair(const IbOptions& o) : Pair(o, o) {}
-  Pair(const IbOptions& o, const IbOptions& o1) {
-    auto store = makeInProcessStore();
-    std::vector<bool> peers = {true, true};
-    std::exception_ptr otherError;
-    std::thread other([&] {
-      try {
-        t[1] = std::make_unique<IbTransport>(*store, 1, 2, peers, o1);
-      } catch (...) {
-        otherError = std::current_exception();
-      }
-    });
-    try {
-      t[0] = std::make_unique<IbTransport>(*store, 0, 2, peers, o);
-    } catch (...) {
-      other.join();
-      throw;
-    }
-    other.join();
-    if (otherError) std::rethrow_exception(otherError);
-  }
-};
-
-uint8_t pattern(uint64_t i, int from) {
-  return static_cast<uint8_t>((i * 131 + (i >> 13) + from * 7) & 0xFF);
-}
-
-void exchange(NetTransport& t, int self, size_t bytes, size_t chunk, size_t* wrong) {
-  const int peer = 1 - self;
-  SendPipe& out = t.sendPipe(peer);
-  RecvPipe& in = t.recvPipe(peer);
-  uint64_t sent = 0, got = 0;
-  while (sent < bytes || got < bytes) {
-    if (sent < bytes) {
-      auto s = out.reserve();
-      size_t n = std::min({s.size(), bytes - sent, chunk + sent % 5 * 8});
-      for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, self)};
-      if (n) {
-        out.commit(n);
-        out.flush();
-      }
-      sent += n;
-    }
-    if (got < bytes) {
-      auto s = in.peek();
-      for (size_t i = 0; i < s.size(); ++i) *wrong += s[i] != std::byte{pattern(got + i, peer)};
-      in.consume(s.size());
-      got += s.size();
-    }
-  }
-}
+using Pair = TransportPair<IbTransport, IbOptions>;
 
 TEST(IbDevices, ReasonsWhenNoneCanBeUsed) {
   std::string why;
@@ -132,13 +82,13 @@ TEST_P(IbPair, BothDirectionsAreExactAcrossWrapsWithCredits) {
   Pair p(fakeOptions(16 << 10));  // small rings: the senders wait for credits all the time
   const size_t bytes = 3 << 20;
   size_t wrong[2] = {0, 0};
-  std::thread other([&] { exchange(*p.t[1], 1, bytes, 3000, &wrong[1]); });
-  exchange(*p.t[0], 0, bytes, 3000, &wrong[0]);
+  std::thread other([&] { exchange(*p.t[1], 1, bytes, 3000, 8, &wrong[1]); });
+  exchange(*p.t[0], 0, bytes, 3000, 8, &wrong[0]);
   other.join();
   EXPECT_EQ(wrong[0], 0u);
   EXPECT_EQ(wrong[1], 0u);
   const fake::Stats s = fake::stats();
-  EXPECT_GE(s.writesWithImm, 2 * static_cast<long>(bytes / 3040));
+  EXPECT_GE(s.writesWithImm, 2 * static_cast<long>(bytes / 3048));
   EXPECT_GT(s.inlineWrites, 0);  // credits
   EXPECT_EQ(p.t[0]->memoryBytes(), 2u * (16 << 10) + 4160u);
   EXPECT_NE(p.t[0]->describeLocal().find(GetParam() ? "RoCE, GID index 0" : "LID"), std::string::npos)

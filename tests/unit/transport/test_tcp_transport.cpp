@@ -13,12 +13,14 @@
 #include <vector>
 
 #include "chorus/store.hpp"
+#include "pipe_test_util.hpp"
 #include "transports/tcp/crc32c.hpp"
 #include "transports/tcp/net_interfaces.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 
 using namespace chorus;
 using namespace chorus::transport;
+using namespace chorus::transport::pipetest;
 
 namespace {
 
@@ -92,65 +94,17 @@ TEST(Crc32c, KnownValuesAndIncremental) {
 }
 
 // Two ranks as threads, each with a TcpTransport over loopback.
-struct Pair {
-  std::unique_ptr<TcpTransport> t[2];
-  explicit Pair(TcpOptions o) {
-    auto store = makeInProcessStore();
+struct Pair : chorus::transport::pipetest::TransportPair<TcpTransport, TcpOptions> {
+  static TcpOptions loopback(TcpOptions o) {
     o.commId = "test";
     o.ifname = "=lo";
     o.family = AF_INET;
     o.allowLoopback = true;
     o.timeout = std::chrono::seconds(30);
-    std::vector<bool> remote = {true, true};
-    std::thread other([&] { t[1] = std::make_unique<TcpTransport>(*store, 1, 2, remote, o); });
-    t[0] = std::make_unique<TcpTransport>(*store, 0, 2, remote, o);
-    other.join();
+    return o;
   }
+  explicit Pair(TcpOptions o) : TransportPair(loopback(std::move(o))) {}
 };
-
-uint8_t pattern(uint64_t i, int from) {
-  return static_cast<uint8_t>((i * 131 + (i >> 13) + from * 7) & 0xFF);
-}
-
-// Rank `from` writes `bytes` of pattern to the other while reading as many from it.
-void exchange(TcpTransport& t, int self, size_t bytes, size_t* wrong) {
-  const int peer = 1 - self;
-  SendPipe& out = t.sendPipe(peer);
-  RecvPipe& in = t.recvPipe(peer);
-  uint64_t sent = 0, got = 0;
-  while (sent < bytes || got < bytes) {
-    if (sent < bytes) {
-      auto s = out.reserve();
-      size_t n = std::min<size_t>(s.size(), bytes - sent);
-      n = std::min<size_t>(n, 40'000 + sent % 7);  // odd-sized commits
-      for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, self)};
-      if (n) {
-        out.commit(n);
-        out.flush();
-      }
-      sent += n;
-    }
-    if (got < bytes) {
-      auto s = in.peek();
-      for (size_t i = 0; i < s.size(); ++i) *wrong += s[i] != std::byte{pattern(got + i, peer)};
-      in.consume(s.size());
-      got += s.size();
-    }
-  }
-}
-
-// Rank 0's pattern through the ring, as fast as the pipe takes it (flushed after every commit, as
-// the engine does after every step); waits while the ring is full, until the sockets drain it.
-void commitPattern(SendPipe& out, size_t bytes) {
-  for (size_t sent = 0; sent < bytes;) {
-    auto s = out.reserve();
-    const size_t n = std::min(s.size(), bytes - sent);
-    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
-    out.commit(n);
-    out.flush();
-    sent += n;
-  }
-}
 
 class TcpPair : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
@@ -163,8 +117,8 @@ TEST_P(TcpPair, BothDirectionsAreExactAcrossWrapsAndStreams) {
   Pair p(o);
   const size_t bytes = 6 << 20;
   size_t wrong[2] = {0, 0};
-  std::thread other([&] { exchange(*p.t[1], 1, bytes, &wrong[1]); });
-  exchange(*p.t[0], 0, bytes, &wrong[0]);
+  std::thread other([&] { exchange(*p.t[1], 1, bytes, 40'000, 1, &wrong[1]); });
+  exchange(*p.t[0], 0, bytes, 40'000, 1, &wrong[0]);
   other.join();
   EXPECT_EQ(wrong[0], 0u);
   EXPECT_EQ(wrong[1], 0u);

@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "chorus/store.hpp"
+#include "pipe_test_util.hpp"
 #include "transports/net_group.hpp"
 #include "transports/ucx/ucx_transport.hpp"
 
 using namespace chorus;
 using namespace chorus::transport;
+using namespace chorus::transport::pipetest;
 
 namespace {
 
@@ -52,78 +54,18 @@ bool skipWithoutUcx() {
 }
 
 // Two ranks as threads, each with a UcxTransport.
-struct Pair {
-  std::unique_ptr<UcxTransport> t[2];
-  explicit Pair(const std::string& tls, size_t ringBytes = 512 << 10) {
-    auto store = makeInProcessStore();
+struct Pair : TransportPair<UcxTransport, UcxOptions> {
+  static UcxOptions options(const std::string& tls, size_t ringBytes) {
     UcxOptions o;
     o.commId = "test";
     o.tls = tls;
     o.ringBytes = ringBytes;
     o.timeout = std::chrono::seconds(30);
-    std::vector<bool> peers = {true, true};
-    std::exception_ptr otherError;
-    std::thread other([&] {
-      try {
-        t[1] = std::make_unique<UcxTransport>(*store, 1, 2, peers, o);
-      } catch (...) {
-        otherError = std::current_exception();
-      }
-    });
-    try {
-      t[0] = std::make_unique<UcxTransport>(*store, 0, 2, peers, o);
-    } catch (...) {
-      other.join();
-      throw;
-    }
-    other.join();
-    if (otherError) std::rethrow_exception(otherError);
+    return o;
   }
+  explicit Pair(const std::string& tls, size_t ringBytes = 512 << 10)
+      : TransportPair(options(tls, ringBytes)) {}
 };
-
-uint8_t pattern(uint64_t i, int from) {
-  return static_cast<uint8_t>((i * 131 + (i >> 13) + from * 7) & 0xFF);
-}
-
-// Writes `bytes` of this rank's pattern to the other while reading as many from it; commits are
-// whole 8-byte elements, as the engine's are.
-void exchange(NetTransport& t, int self, size_t bytes, size_t* wrong) {
-  const int peer = 1 - self;
-  SendPipe& out = t.sendPipe(peer);
-  RecvPipe& in = t.recvPipe(peer);
-  uint64_t sent = 0, got = 0;
-  while (sent < bytes || got < bytes) {
-    if (sent < bytes) {
-      auto s = out.reserve();
-      size_t n = std::min<size_t>(s.size(), bytes - sent);
-      n = std::min<size_t>(n, (40'000 + sent % 7 * 8));  // odd-sized commits
-      for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, self)};
-      if (n) {
-        out.commit(n);
-        out.flush();
-      }
-      sent += n;
-    }
-    if (got < bytes) {
-      auto s = in.peek();
-      EXPECT_EQ(s.size() % 8, 0u);
-      for (size_t i = 0; i < s.size(); ++i) *wrong += s[i] != std::byte{pattern(got + i, peer)};
-      in.consume(s.size());
-      got += s.size();
-    }
-  }
-}
-
-void commitPattern(SendPipe& out, size_t bytes) {
-  for (size_t sent = 0; sent < bytes;) {
-    auto s = out.reserve();
-    const size_t n = std::min(s.size(), bytes - sent);
-    for (size_t i = 0; i < n; ++i) s[i] = std::byte{pattern(sent + i, 0)};
-    out.commit(n);
-    out.flush();
-    sent += n;
-  }
-}
 
 // Reads from rank 0 until `bytes` arrived or the peer is reported; returns the error text.
 std::string readAll(NetTransport& t, size_t bytes, size_t* got, size_t* wrong) {
@@ -148,8 +90,8 @@ TEST(UcxTransport, BothDirectionsAreExactAcrossWraps) {
   Pair p("tcp", 64 << 10);
   const size_t bytes = 6 << 20;
   size_t wrong[2] = {0, 0};
-  std::thread other([&] { exchange(*p.t[1], 1, bytes, &wrong[1]); });
-  exchange(*p.t[0], 0, bytes, &wrong[0]);
+  std::thread other([&] { exchange(*p.t[1], 1, bytes, 40'000, 8, &wrong[1]); });
+  exchange(*p.t[0], 0, bytes, 40'000, 8, &wrong[0]);
   other.join();
   EXPECT_EQ(wrong[0], 0u);
   EXPECT_EQ(wrong[1], 0u);
