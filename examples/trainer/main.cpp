@@ -16,14 +16,23 @@ void printMemoryFormulas(const TrainConfig& c, int N, double stateBytes) {
   const double E = c.float64 ? 8 : 4;
   double ours = 0, paper = 0;
   switch (c.zero) {
-    case 0: ours = 2 * E + stateBytes, paper = 16; break;
-    case 1: ours = 2 * E + stateBytes / N, paper = 4 + 12.0 / N; break;
-    case 2: ours = E + (E + stateBytes) / N, paper = 2 + 14.0 / N; break;
-    default: ours = (2 * E + stateBytes) / N, paper = 16.0 / N; break;
+    case 0:
+      ours = 2 * E + stateBytes, paper = 16;
+      break;
+    case 1:
+      ours = 2 * E + stateBytes / N, paper = 4 + 12.0 / N;
+      break;
+    case 2:
+      ours = E + (E + stateBytes) / N, paper = 2 + 14.0 / N;
+      break;
+    default:
+      ours = (2 * E + stateBytes) / N, paper = 16.0 / N;
+      break;
   }
-  std::printf("memory formula (ZeRO-%d, N=%d data-parallel ranks): %.2f bytes/parameter for this run's %s %s; "
-              "the ZeRO paper's mixed-precision Adam: %.2f\n",
-              c.zero, N, ours, c.float64 ? "float64" : "float32", c.optimizer.c_str(), paper);
+  std::printf(
+      "memory formula (ZeRO-%d, N=%d data-parallel ranks): %.2f bytes/parameter for this run's %s %s; "
+      "the ZeRO paper's mixed-precision Adam: %.2f\n",
+      c.zero, N, ours, c.float64 ? "float64" : "float32", c.optimizer.c_str(), paper);
 }
 }  // namespace
 
@@ -32,13 +41,15 @@ int main(int argc, char** argv) {
   std::string schedule = "1f1b";
   double firstMiB = 1, bucketMiB = 25;
   bool singleBucket = false;
-  CLI::App app{"Trains a residual MLP on synthetic data with Chorus's training primitives. Start it with chorusrun "
-               "-n (dp*tp*pp)."};
+  CLI::App app{
+      "Trains a residual MLP on synthetic data with Chorus's training primitives. Start it with chorusrun "
+      "-n (dp*tp*pp)."};
   app.add_option("--dp", c.dp, "data-parallel ranks")->check(CLI::PositiveNumber);
   app.add_option("--tp", c.tp, "tensor-parallel ranks")->check(CLI::PositiveNumber);
   app.add_option("--pp", c.pp, "pipeline stages")->check(CLI::PositiveNumber);
   app.add_option("--zero", c.zero, "0: DDP buckets; 1, 2, 3: ZeRO stage")->check(CLI::Range(0, 3));
-  app.add_option("--accum", c.accum, "gradient accumulation micro-steps per step")->check(CLI::PositiveNumber);
+  app.add_option("--accum", c.accum, "gradient accumulation micro-steps per step")
+      ->check(CLI::PositiveNumber);
   app.add_option("--micro-batches", c.microBatches, "pipeline micro-batches")->check(CLI::PositiveNumber);
   app.add_option("--schedule", schedule, "pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--steps", c.steps, "optimizer steps")->check(CLI::PositiveNumber);
@@ -56,11 +67,14 @@ int main(int argc, char** argv) {
   app.add_option("--first-bucket-mb", firstMiB, "DDP: capacity of the first bucket, MiB");
   app.add_option("--bucket-mb", bucketMiB, "DDP: capacity of the other buckets, MiB");
   app.add_flag("--single-bucket", singleBucket, "DDP: one bucket, reduced after the whole backward pass");
-  app.add_option("--prefetch", c.zeroPrefetch, "ZeRO-3: layers gathered ahead")->check(CLI::NonNegativeNumber);
-  app.add_flag("--quiet", [&](int64_t) { c.verbose = false; }, "print only the summary");
+  app.add_option("--prefetch", c.zeroPrefetch, "ZeRO-3: layers gathered ahead")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag(
+      "--quiet", [&](int64_t) { c.verbose = false; }, "print only the summary");
   c.verbose = true;
   CLI11_PARSE(app, argc, argv);
-  c.schedule = schedule == "gpipe" ? chorus::train::PipelineSchedule::GPipe : chorus::train::PipelineSchedule::OneFOneB;
+  c.schedule = schedule == "gpipe" ? chorus::train::PipelineSchedule::GPipe
+                                   : chorus::train::PipelineSchedule::OneFOneB;
   c.firstBucketBytes = static_cast<size_t>(firstMiB * (1 << 20));
   c.bucketBytes = static_cast<size_t>(bucketMiB * (1 << 20));
   if (singleBucket) c.firstBucketBytes = c.bucketBytes = size_t{1} << 50;
@@ -68,15 +82,16 @@ int main(int argc, char** argv) {
   try {
     chorus::Communicator world = chorus::Communicator::fromEnvironment();
     if (world.rank() == 0)
-      std::printf("chorus-train: %d ranks = dp %d x pp %d x tp %d, ZeRO %d, %zu parameters, %s, %s, "
-                  "batch %d, accum %d, micro-batches %d (%s)\n",
-                  world.size(), c.dp, c.pp, c.tp, c.zero, chorus::trainer::modelParameters(c),
-                  c.float64 ? "float64" : "float32", c.optimizer.c_str(), c.batch, c.accum, c.microBatches,
-                  schedule.c_str());
+      std::printf(
+          "chorus-train: %d ranks = dp %d x pp %d x tp %d, ZeRO %d, %zu parameters, %s, %s, "
+          "batch %d, accum %d, micro-batches %d (%s)\n",
+          world.size(), c.dp, c.pp, c.tp, c.zero, chorus::trainer::modelParameters(c),
+          c.float64 ? "float64" : "float32", c.optimizer.c_str(), c.batch, c.accum, c.microBatches,
+          schedule.c_str());
     const chorus::trainer::TrainResult r = chorus::trainer::train(world, c);
     // One line per rank, gathered to every rank and printed by rank 0.
-    const double mine[6] = {r.stepSeconds, r.hiddenShare, r.bubble, r.idealBubble, r.bytesPerParameter,
-                            static_cast<double>(r.parametersHere)};
+    const double mine[6] = {r.stepSeconds, r.hiddenShare,       r.bubble,
+                            r.idealBubble, r.bytesPerParameter, static_cast<double>(r.parametersHere)};
     std::vector<double> all(6 * static_cast<size_t>(world.size()));
     world.allGather(mine, all.data(), 6, chorus::DataType::Float64);
     if (world.rank() == 0) {

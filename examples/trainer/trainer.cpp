@@ -21,8 +21,8 @@ using Clock = std::chrono::steady_clock;
 
 // A value in [-1, 1) from a seed and three indices (splitmix64).
 double uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (a + 1) * 0xBF58476D1CE4E5B9ull ^ (b + 7) * 0x94D049BB133111EBull ^
-               (c + 13) * 0x2545F4914F6CDD1Dull;
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (a + 1) * 0xBF58476D1CE4E5B9ull ^
+               (b + 7) * 0x94D049BB133111EBull ^ (c + 13) * 0x2545F4914F6CDD1Dull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
@@ -65,9 +65,12 @@ class Run {
     auto bad = [](const std::string& why) { throw Error(chorusInvalidArgument, "chorus-train: " + why); };
     if (c_.layers < 1 || c_.dim < 1 || c_.hidden < 1 || c_.steps < 1 || c_.accum < 1 || c_.microBatches < 1)
       bad("layers, dim, hidden, steps, accum and micro-batches must be positive");
-    if (c_.layers % c_.pp) bad(std::to_string(c_.layers) + " layers do not split evenly into " + std::to_string(c_.pp) + " stages");
+    if (c_.layers % c_.pp)
+      bad(std::to_string(c_.layers) + " layers do not split evenly into " + std::to_string(c_.pp) +
+          " stages");
     if (c_.batch < 1 || c_.batch % (c_.dp * c_.accum * c_.microBatches))
-      bad("the global batch " + std::to_string(c_.batch) + " does not divide by dp x accum x micro-batches = " +
+      bad("the global batch " + std::to_string(c_.batch) +
+          " does not divide by dp x accum x micro-batches = " +
           std::to_string(c_.dp * c_.accum * c_.microBatches));
     if (c_.zero < 0 || c_.zero > 3) bad("--zero must be 0, 1, 2 or 3");
     if (c_.optimizer != "sgd" && c_.optimizer != "adamw") bad("--optimizer must be sgd or adamw");
@@ -94,7 +97,9 @@ class Run {
   }
 
   void setUpParameters();
-  T* acquire(int lb, int dir) { return c_.zero ? static_cast<T*>(zero_->acquire(lb, dir)) : params_[lb].data(); }
+  T* acquire(int lb, int dir) {
+    return c_.zero ? static_cast<T*>(zero_->acquire(lb, dir)) : params_[lb].data();
+  }
   void release(int lb) {
     if (c_.zero) zero_->release(lb);
   }

@@ -39,15 +39,16 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  std::vector<double> losses;       ///< per step, over the global batch
-  std::vector<double> parameters;   ///< the whole model after training, unsharded (every rank)
-  std::vector<double> firstGrads;   ///< the whole model's reduced gradient of step 1 (before clipping)
-  double stepSeconds = 0;           ///< mean over steps after the first
-  double hiddenShare = -1;          ///< DDP: communication hidden behind backward, last step (-1: n/a)
+  std::vector<double> losses;            ///< per step, over the global batch
+  std::vector<double> parameters;        ///< the whole model after training, unsharded (every rank)
+  std::vector<double> firstGrads;        ///< the whole model's reduced gradient of step 1 (before clipping)
+  double stepSeconds = 0;                ///< mean over steps after the first
+  double hiddenShare = -1;               ///< DDP: communication hidden behind backward, last step (-1: n/a)
   double bubble = -1, idealBubble = -1;  ///< pipeline: measured on this stage, and (p-1)/(m+p-1)
-  double bytesPerParameter = 0;     ///< this rank's parameter, gradient and optimizer bytes per parameter it computes with
-  size_t parametersHere = 0;        ///< parameters of this rank's part of the model
-  train::ZeroMemory zeroMemory;     ///< zero > 0
+  double bytesPerParameter =
+      0;  ///< this rank's parameter, gradient and optimizer bytes per parameter it computes with
+  size_t parametersHere = 0;     ///< parameters of this rank's part of the model
+  train::ZeroMemory zeroMemory;  ///< zero > 0
 };
 
 /// Trains on `world` (size dp * tp * pp); collective. Throws chorus::Error for bad settings.

@@ -9,8 +9,8 @@ namespace chorus::train {
 namespace {
 void requireFloat(DataType type, const char* call) {
   if (type != DataType::Float32 && type != DataType::Float64)
-    throw Error(chorusInvalidArgument, std::string(call) + ": gradients must be float32 or float64, not " +
-                                           dataTypeName(type));
+    throw Error(chorusInvalidArgument,
+                std::string(call) + ": gradients must be float32 or float64, not " + dataTypeName(type));
 }
 template <typename T>
 void addSquares(const T* g, size_t n, double& acc, bool& nonFinite) {

@@ -6,7 +6,8 @@
 
 namespace chorus::train {
 
-std::vector<PipelineAction> pipelineActions(PipelineSchedule schedule, int stages, int stage, int microBatches) {
+std::vector<PipelineAction> pipelineActions(PipelineSchedule schedule, int stages, int stage,
+                                            int microBatches) {
   if (stages < 1 || stage < 0 || stage >= stages || microBatches < 1)
     throw Error(chorusInvalidArgument, "pipelineActions: stage " + std::to_string(stage) + " of " +
                                            std::to_string(stages) + " with " + std::to_string(microBatches) +

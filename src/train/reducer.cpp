@@ -128,13 +128,15 @@ Reducer::Reducer(Communicator& comm, std::vector<GradientSpec> params, const Red
     throw Error(chorusInvalidArgument, "Reducer: bucket capacities must be positive");
   for (const GradientSpec& p : impl_->params) {
     if (p.grad == nullptr || p.count == 0)
-      throw Error(chorusInvalidArgument, "Reducer: parameter '" + p.name + "' has no gradient buffer or no elements");
+      throw Error(chorusInvalidArgument,
+                  "Reducer: parameter '" + p.name + "' has no gradient buffer or no elements");
     (void)dataTypeSize(p.type);  // throws for an unknown type
   }
   // Every rank must register the same parameters (as DDP verifies at construction): compare a
   // signature of the counts and types, its minimum and maximum over the ranks.
   uint64_t h = 0;
-  for (const GradientSpec& p : impl_->params) h = h * 1000003u + p.count * 16u + static_cast<uint64_t>(p.type);
+  for (const GradientSpec& p : impl_->params)
+    h = h * 1000003u + p.count * 16u + static_cast<uint64_t>(p.type);
   const int64_t sig[2] = {static_cast<int64_t>(impl_->params.size()), static_cast<int64_t>(h >> 1)};
   int64_t lo[2] = {sig[0], sig[1]}, hi[2] = {sig[0], sig[1]};
   {
@@ -144,11 +146,11 @@ Reducer::Reducer(Communicator& comm, std::vector<GradientSpec> params, const Red
     g.end();
   }
   if (lo[0] != hi[0] || lo[1] != hi[1])
-    throw Error(chorusInvalidUsage, "Reducer on " + rankText(comm) + ": the ranks registered different parameters (" +
-                                        (lo[0] != hi[0] ? "counts from " + std::to_string(lo[0]) + " to " +
-                                                              std::to_string(hi[0])
-                                                        : std::string("same count, different sizes or types")) +
-                                        ")");
+    throw Error(chorusInvalidUsage,
+                "Reducer on " + rankText(comm) + ": the ranks registered different parameters (" +
+                    (lo[0] != hi[0] ? "counts from " + std::to_string(lo[0]) + " to " + std::to_string(hi[0])
+                                    : std::string("same count, different sizes or types")) +
+                    ")");
   std::vector<size_t> order(impl_->params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
   impl_->build(order);
@@ -213,9 +215,11 @@ void Reducer::finishBackward() {
     const std::string cause = s.waitLaunched();
     s.inBackward = false;
     std::string names;
-    for (size_t k = 0; k < missing.size() && k < 8; ++k) names += (k ? ", '" : "'") + s.params[missing[k]].name + "'";
+    for (size_t k = 0; k < missing.size() && k < 8; ++k)
+      names += (k ? ", '" : "'") + s.params[missing[k]].name + "'";
     if (missing.size() > 8) names += " and " + std::to_string(missing.size() - 8) + " more";
-    std::string msg = "Reducer::finishBackward on " + rankText(s.comm) + ": " + std::to_string(missing.size()) +
+    std::string msg = "Reducer::finishBackward on " + rankText(s.comm) + ": " +
+                      std::to_string(missing.size()) +
                       " parameter(s) produced no gradient in this backward pass: " + names +
                       ". Their buckets cannot be reduced, so the communicator was aborted (the other ranks "
                       "fail instead of waiting). If parameters are unused by design, set "
@@ -250,7 +254,8 @@ void Reducer::finishBackward() {
   for (Bucket& b : s.buckets) {
     const size_t es = dataTypeSize(b.type);
     for (size_t k = 0; k < b.params.size(); ++k)
-      std::memcpy(s.params[b.params[k]].grad, b.bytes() + b.offsets[k] * es, s.params[b.params[k]].count * es);
+      std::memcpy(s.params[b.params[k]].grad, b.bytes() + b.offsets[k] * es,
+                  s.params[b.params[k]].count * es);
   }
   s.unused.clear();
   for (size_t i = 0; i < used.size(); ++i)
@@ -279,10 +284,11 @@ void Reducer::finishBackward() {
     std::vector<size_t> rebuiltOrder;
     for (int64_t v : order) {
       if (v < 0 || static_cast<size_t>(v) >= s.params.size() || seen[v])
-        throw Error(chorusInvalidUsage, "Reducer: " + rankText(s.comm) +
-                                            " got a bucket order from rank 0 that is not a permutation of its " +
-                                            std::to_string(s.params.size()) +
-                                            " parameters: the ranks registered different parameters");
+        throw Error(chorusInvalidUsage,
+                    "Reducer: " + rankText(s.comm) +
+                        " got a bucket order from rank 0 that is not a permutation of its " +
+                        std::to_string(s.params.size()) +
+                        " parameters: the ranks registered different parameters");
       seen[v] = 1;
       rebuiltOrder.push_back(static_cast<size_t>(v));
     }

@@ -85,7 +85,8 @@ RowParallelLinear<T>::RowParallelLinear(Communicator& tp, size_t inFeatures, siz
 template <typename T>
 void RowParallelLinear<T>::shard(const T* fullWeight, const T* fullBias, T* w, T* b) const {
   const size_t first = static_cast<size_t>(tp_->rank()) * inLocal_;
-  for (size_t o = 0; o < out_; ++o) std::memcpy(w + o * inLocal_, fullWeight + o * in_ + first, inLocal_ * sizeof(T));
+  for (size_t o = 0; o < out_; ++o)
+    std::memcpy(w + o * inLocal_, fullWeight + o * in_ + first, inLocal_ * sizeof(T));
   std::memcpy(b, fullBias, out_ * sizeof(T));
 }
 
@@ -108,10 +109,11 @@ template class ColumnParallelLinear<double>;
 template class RowParallelLinear<float>;
 template class RowParallelLinear<double>;
 template void linearForward<float>(const float*, size_t, size_t, const float*, const float*, size_t, float*);
-template void linearForward<double>(const double*, size_t, size_t, const double*, const double*, size_t, double*);
-template void linearBackward<float>(const float*, const float*, size_t, size_t, const float*, size_t, float*, float*,
-                                    float*);
-template void linearBackward<double>(const double*, const double*, size_t, size_t, const double*, size_t, double*,
-                                     double*, double*);
+template void linearForward<double>(const double*, size_t, size_t, const double*, const double*, size_t,
+                                    double*);
+template void linearBackward<float>(const float*, const float*, size_t, size_t, const float*, size_t, float*,
+                                    float*, float*);
+template void linearBackward<double>(const double*, const double*, size_t, size_t, const double*, size_t,
+                                     double*, double*, double*);
 
 }  // namespace chorus::train

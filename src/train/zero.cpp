@@ -60,8 +60,10 @@ struct ZeroOptimizer::Impl {
   Impl(Communicator& c, DataType t, const ZeroOptions& o)
       : dp(c), type(t), es(dataTypeSize(t)), options(o), rank(c.rank()), size(c.size()) {}
 
-  std::string where() const { return "ZeroOptimizer (stage " + std::to_string(options.stage) + ", data-parallel rank " +
-                                     std::to_string(rank) + ")"; }
+  std::string where() const {
+    return "ZeroOptimizer (stage " + std::to_string(options.stage) + ", data-parallel rank " +
+           std::to_string(rank) + ")";
+  }
   Layer& layer(int l, const char* call) {
     if (l < 0 || static_cast<size_t>(l) >= layers.size())
       throw Error(chorusInvalidArgument, where() + ": " + call + ": layer " + std::to_string(l) + " of " +
@@ -103,9 +105,11 @@ struct ZeroOptimizer::Impl {
       std::memcpy(L.gradShard.get(), L.scratch.get(), L.shard * es);
       L.shardEpoch = epoch;
     } else if (type == DataType::Float64) {
-      addInto(reinterpret_cast<double*>(L.gradShard.get()), reinterpret_cast<const double*>(L.scratch.get()), L.shard);
+      addInto(reinterpret_cast<double*>(L.gradShard.get()), reinterpret_cast<const double*>(L.scratch.get()),
+              L.shard);
     } else {
-      addInto(reinterpret_cast<float*>(L.gradShard.get()), reinterpret_cast<const float*>(L.scratch.get()), L.shard);
+      addInto(reinterpret_cast<float*>(L.gradShard.get()), reinterpret_cast<const float*>(L.scratch.get()),
+              L.shard);
     }
     freeTransient(L.grad);
     freeTransient(L.scratch);
@@ -114,8 +118,9 @@ struct ZeroOptimizer::Impl {
     for (Layer& L : layers)
       if (L.reducing && L.reduceWork.test()) finishReduce(L);
     if (options.stage == 1) return;
-    inFlight.erase(std::remove_if(inFlight.begin(), inFlight.end(), [&](int l) { return !layers[l].reducing; }),
-                   inFlight.end());
+    inFlight.erase(
+        std::remove_if(inFlight.begin(), inFlight.end(), [&](int l) { return !layers[l].reducing; }),
+        inFlight.end());
     // Reductions complete in the order they started (one communicator), so wait for the oldest.
     while (static_cast<int>(inFlight.size()) > options.maxReductionsInFlight) {
       finishReduce(layers[inFlight.front()]);
@@ -129,12 +134,15 @@ ZeroOptimizer::ZeroOptimizer(Communicator& dataParallel, DataType type, std::vec
     : impl_(std::make_unique<Impl>(dataParallel, type, options)) {
   Impl& s = *impl_;
   if (options.stage < 1 || options.stage > 3)
-    throw Error(chorusInvalidArgument, "ZeroOptimizer: stage must be 1, 2 or 3, not " + std::to_string(options.stage));
+    throw Error(chorusInvalidArgument,
+                "ZeroOptimizer: stage must be 1, 2 or 3, not " + std::to_string(options.stage));
   if (type != DataType::Float32 && type != DataType::Float64)
-    throw Error(chorusInvalidArgument, std::string("ZeroOptimizer: parameters must be float32 or float64, not ") +
-                                           dataTypeName(type));
+    throw Error(
+        chorusInvalidArgument,
+        std::string("ZeroOptimizer: parameters must be float32 or float64, not ") + dataTypeName(type));
   if (layers.empty()) throw Error(chorusInvalidArgument, "ZeroOptimizer: no layers");
-  if (options.prefetchLayers < 0) throw Error(chorusInvalidArgument, "ZeroOptimizer: negative prefetchLayers");
+  if (options.prefetchLayers < 0)
+    throw Error(chorusInvalidArgument, "ZeroOptimizer: negative prefetchLayers");
   if (options.maxReductionsInFlight < 1)
     throw Error(chorusInvalidArgument, "ZeroOptimizer: maxReductionsInFlight must be at least 1");
   size_t state = 0;
@@ -177,8 +185,8 @@ size_t ZeroOptimizer::layerElements(int layer) const { return impl_->layer(layer
 size_t ZeroOptimizer::parameterOffset(int layer, int param) const {
   Layer& L = impl_->layer(layer, "parameterOffset");
   if (param < 0 || static_cast<size_t>(param) >= L.offsets.size())
-    throw Error(chorusInvalidArgument, impl_->where() + ": parameter " + std::to_string(param) + " of layer " +
-                                           std::to_string(layer));
+    throw Error(chorusInvalidArgument, impl_->where() + ": parameter " + std::to_string(param) +
+                                           " of layer " + std::to_string(layer));
   return L.offsets[param];
 }
 
@@ -191,7 +199,9 @@ void ZeroOptimizer::setLayer(int layer, const void* values) {
   } else {
     std::memset(L.ownParams.get(), 0, L.ownParams.bytes);
     const size_t own = s.ownCount(L);
-    if (own) std::memcpy(L.ownParams.get(), static_cast<const std::byte*>(values) + s.rank * L.shard * s.es, own * s.es);
+    if (own)
+      std::memcpy(L.ownParams.get(), static_cast<const std::byte*>(values) + s.rank * L.shard * s.es,
+                  own * s.es);
   }
 }
 
@@ -224,8 +234,9 @@ void* ZeroOptimizer::gradients(int layer) {
   Layer& L = s.layer(layer, "gradients");
   if (s.options.stage == 1) {
     if (L.reducing)
-      throw Error(chorusInvalidUsage, s.where() + ": gradients(" + std::to_string(layer) +
-                                          ") while its allreduce is in flight: stage 1 reduces once per step");
+      throw Error(chorusInvalidUsage,
+                  s.where() + ": gradients(" + std::to_string(layer) +
+                      ") while its allreduce is in flight: stage 1 reduces once per step");
     if (L.gradEpoch != s.epoch) {
       std::memset(L.grad.get(), 0, L.grad.bytes);
       L.gradEpoch = s.epoch;
@@ -275,10 +286,12 @@ ZeroOptimizer::StepResult ZeroOptimizer::step() {
   }
   s.inFlight.clear();
   auto gradSlice = [&](Layer& L) -> std::byte* {
-    return s.options.stage == 1 ? L.grad.get() + static_cast<size_t>(s.rank) * L.shard * s.es : L.gradShard.get();
+    return s.options.stage == 1 ? L.grad.get() + static_cast<size_t>(s.rank) * L.shard * s.es
+                                : L.gradShard.get();
   };
   auto paramSlice = [&](Layer& L) -> std::byte* {
-    return s.options.stage == 3 ? L.ownParams.get() : L.full.get() + static_cast<size_t>(s.rank) * L.shard * s.es;
+    return s.options.stage == 3 ? L.ownParams.get()
+                                : L.full.get() + static_cast<size_t>(s.rank) * L.shard * s.es;
   };
 
   // Global norm over the slices this rank owns, each parameter counted once.
@@ -332,8 +345,8 @@ void ZeroOptimizer::readGradients(int layer, void* out) {
   Impl& s = *impl_;
   Layer& L = s.layer(layer, "readGradients");
   // Every stage from the slices, which step() clipped (stage 1's other slices were not).
-  const std::byte* own = s.options.stage == 1 ? L.grad.get() + static_cast<size_t>(s.rank) * L.shard * s.es
-                                              : L.gradShard.get();
+  const std::byte* own =
+      s.options.stage == 1 ? L.grad.get() + static_cast<size_t>(s.rank) * L.shard * s.es : L.gradShard.get();
   Buffer tmp;
   tmp.allocate(L.padded * s.es);
   s.dp.allGather(own, tmp.get(), L.shard, s.type);

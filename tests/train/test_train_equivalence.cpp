@@ -34,7 +34,8 @@ TrainResult runGrid(const TrainConfig& c) {
   auto comms = Communicator::createLocal(n, testConfig(120));
   std::vector<TrainResult> results(n);
   runRanks(comms, [&](Communicator& world, int r) { results[r] = train(world, c); });
-  for (int r = 1; r < n; ++r) EXPECT_EQ(results[r].parameters, results[0].parameters) << "rank " << r << " differs";
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(results[r].parameters, results[0].parameters) << "rank " << r << " differs";
   return results[0];
 }
 
@@ -75,7 +76,9 @@ void expectSameModel(const TrainResult& got, const TrainResult& want, double tol
 
 class Precision : public ::testing::TestWithParam<bool> {};
 INSTANTIATE_TEST_SUITE_P(Train, Precision, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Float64" : "Float32"; });
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Float64" : "Float32";
+                         });
 
 TEST_P(Precision, Ddp4RanksWithAccumulation2EqualsOneProcess) {
   TrainConfig c = base(GetParam());

@@ -64,7 +64,8 @@ struct Params {
   std::vector<std::vector<float>> grads;
   std::vector<GradientSpec> specs;
   Params(int n, size_t count) : grads(n, std::vector<float>(count)) {
-    for (int i = 0; i < n; ++i) specs.push_back({"p" + std::to_string(i), grads[i].data(), count, DataType::Float32});
+    for (int i = 0; i < n; ++i)
+      specs.push_back({"p" + std::to_string(i), grads[i].data(), count, DataType::Float32});
   }
   void fill(int rank) {
     for (size_t i = 0; i < grads.size(); ++i)
@@ -89,7 +90,8 @@ TEST(Reducer, BucketsInReverseOrderFirstSmall) {
   small.firstBucketBytes = 300 << 10;
   small.bucketBytes = 600 << 10;
   Reducer red2(comms[0], p.specs, small);
-  EXPECT_EQ(red2.bucketLayout(), (std::vector<std::vector<size_t>>{{9}, {8, 7}, {6, 5}, {4, 3}, {2, 1}, {0}}));
+  EXPECT_EQ(red2.bucketLayout(),
+            (std::vector<std::vector<size_t>>{{9}, {8, 7}, {6, 5}, {4, 3}, {2, 1}, {0}}));
 }
 
 TEST(Reducer, AveragesInAnyArrivalOrderAndRebuildsFromRank0) {
@@ -111,7 +113,8 @@ TEST(Reducer, AveragesInAnyArrivalOrderAndRebuildsFromRank0) {
       for (size_t i : order) red.markGradReady(i);
       red.finishBackward();
       for (size_t i = 0; i < 6; ++i)
-        for (size_t j = 0; j < 1000; ++j) ASSERT_EQ(p.grads[i][j], p.expected(3, i, j)) << "iteration " << iter;
+        for (size_t j = 0; j < 1000; ++j)
+          ASSERT_EQ(p.grads[i][j], p.expected(3, i, j)) << "iteration " << iter;
       if (iter == 0) {
         // Rebuilt in rank 0's arrival order (ascending), two parameters per bucket.
         EXPECT_EQ(red.bucketLayout(), (std::vector<std::vector<size_t>>{{0, 1}, {2, 3}, {4, 5}}));
@@ -292,7 +295,8 @@ TEST(Pipeline, SchedulesAndTheIdealBubble) {
     for (auto& a : v) s += (a.kind == K::Forward ? "F" : "B") + std::to_string(a.microBatch) + " ";
     return s;
   };
-  EXPECT_EQ(text(pipelineActions(PipelineSchedule::OneFOneB, 4, 0, 6)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
+  EXPECT_EQ(text(pipelineActions(PipelineSchedule::OneFOneB, 4, 0, 6)),
+            "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
   EXPECT_EQ(text(pipelineActions(PipelineSchedule::OneFOneB, 4, 3, 3)), "F0 B0 F1 B1 F2 B2 ");
   EXPECT_EQ(text(pipelineActions(PipelineSchedule::GPipe, 2, 1, 2)), "F0 F1 B0 B1 ");
   EXPECT_DOUBLE_EQ(idealBubble(4, 8), 3.0 / 11.0);
@@ -350,7 +354,8 @@ TEST(TensorParallel, ColumnThenRowEqualsTheDenseLayers) {
   runRanks(comms, [&](Communicator& c, int rank) {
     ColumnParallelLinear<double> col(c, in, hidden);
     RowParallelLinear<double> row(c, hidden, out);
-    std::vector<double> lw1(col.weightCount()), lb1(col.biasCount()), lw2(row.weightCount()), lb2(row.biasCount());
+    std::vector<double> lw1(col.weightCount()), lb1(col.biasCount()), lw2(row.weightCount()),
+        lb2(row.biasCount());
     col.shard(w1.data(), b1.data(), lw1.data(), lb1.data());
     row.shard(w2.data(), b2.data(), lw2.data(), lb2.data());
     std::vector<double> hl(batch * 4), yl(batch * out), dhl(batch * 4), dxl(batch * in);

@@ -12,8 +12,8 @@ namespace chorus::train {
 /// tensor-parallel ranks (a row-parallel bias, a layer norm) on tensor rank 0 only. Counting a
 /// replicated parameter on every rank overstates the norm (a known tensor-parallel clipping bug).
 struct LocalNorm {
-  double squares = 0;     ///< sum of g*g over the counted elements, in float64
-  bool nonFinite = false; ///< any counted element inf or NaN
+  double squares = 0;      ///< sum of g*g over the counted elements, in float64
+  bool nonFinite = false;  ///< any counted element inf or NaN
 
   /// Adds `count` elements of float32 or float64 gradients.
   void add(const void* grads, size_t count, DataType type);

@@ -11,7 +11,8 @@ namespace chorus::train {
 
 enum class OptimizerKind {
   Sgd,    ///< p -= lr * (g + wd * p), with momentum buffer m = momentum * m + (g + wd * p) if momentum > 0
-  AdamW,  ///< Adam with decoupled weight decay (Loshchilov & Hutter): p -= lr * (m^ / (sqrt(v^) + eps) + wd * p)
+  AdamW,  ///< Adam with decoupled weight decay (Loshchilov & Hutter): p -= lr * (m^ / (sqrt(v^) + eps) + wd *
+          ///< p)
 };
 
 struct OptimizerOptions {
@@ -32,7 +33,8 @@ class Optimizer {
 
   /// Starts an optimizer step (Adam's bias correction counts these).
   void beginStep() { ++steps_; }
-  /// Updates params[i] for i in [0, count) from grads[i], using state elements [stateOffset, stateOffset + count).
+  /// Updates params[i] for i in [0, count) from grads[i], using state elements [stateOffset, stateOffset +
+  /// count).
   void update(void* params, const void* grads, size_t count, size_t stateOffset);
 
   long steps() const { return steps_; }

@@ -22,7 +22,8 @@ struct PipelineAction {
 /// The order in which stage `stage` of `stages` runs its m micro-batches' forward and backward steps.
 /// Backward steps run in micro-batch order in both schedules, so both accumulate gradients in the same
 /// order (and give bitwise the same result).
-std::vector<PipelineAction> pipelineActions(PipelineSchedule schedule, int stages, int stage, int microBatches);
+std::vector<PipelineAction> pipelineActions(PipelineSchedule schedule, int stages, int stage,
+                                            int microBatches);
 
 /// The bubble of an ideal pipeline: (p - 1) / (m + p - 1) of each stage's time is idle.
 inline double idealBubble(int stages, int microBatches) {

@@ -82,7 +82,9 @@ class Reducer {
     /// Time finishBackward waited for communication after the backward pass ended.
     std::chrono::duration<double> exposed{0};
     /// 1 - exposed / commWindow: the share of communication hidden behind the backward pass.
-    double hiddenShare() const { return commWindow.count() > 0 ? 1.0 - exposed.count() / commWindow.count() : 0.0; }
+    double hiddenShare() const {
+      return commWindow.count() > 0 ? 1.0 - exposed.count() / commWindow.count() : 0.0;
+    }
   };
   /// Figures of the last synchronised iteration.
   Stats lastStats() const;

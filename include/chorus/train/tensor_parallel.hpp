@@ -69,6 +69,7 @@ class RowParallelLinear {
 template <typename T>
 void linearForward(const T* x, size_t batch, size_t in, const T* w, const T* b, size_t out, T* y);
 template <typename T>
-void linearBackward(const T* x, const T* dy, size_t batch, size_t in, const T* w, size_t out, T* dw, T* db, T* dx);
+void linearBackward(const T* x, const T* dy, size_t batch, size_t in, const T* w, size_t out, T* dw, T* db,
+                    T* dx);
 
 }  // namespace chorus::train

@@ -43,16 +43,16 @@ struct ZeroOptions {
 
 /// Bytes this rank holds, measured.
 struct ZeroMemory {
-  size_t parameterElements = 0;  ///< parameters of this rank's part of the model (before sharding)
-  size_t parameterBytes = 0;     ///< resident parameters (stage 3: the shard)
-  size_t gradientBytes = 0;      ///< resident gradients (stages 2-3: the shard)
-  size_t optimizerBytes = 0;     ///< optimizer state (the shard)
-  size_t peakTransientBytes = 0; ///< most bytes of gathered layers and unreduced gradients held at once
+  size_t parameterElements = 0;   ///< parameters of this rank's part of the model (before sharding)
+  size_t parameterBytes = 0;      ///< resident parameters (stage 3: the shard)
+  size_t gradientBytes = 0;       ///< resident gradients (stages 2-3: the shard)
+  size_t optimizerBytes = 0;      ///< optimizer state (the shard)
+  size_t peakTransientBytes = 0;  ///< most bytes of gathered layers and unreduced gradients held at once
   double bytesPerParameter() const {
-    return parameterElements ? static_cast<double>(parameterBytes + gradientBytes + optimizerBytes +
-                                                   peakTransientBytes) /
-                                   static_cast<double>(parameterElements)
-                             : 0.0;
+    return parameterElements
+               ? static_cast<double>(parameterBytes + gradientBytes + optimizerBytes + peakTransientBytes) /
+                     static_cast<double>(parameterElements)
+               : 0.0;
   }
 };
 
@@ -78,7 +78,8 @@ struct ZeroMemory {
 /// All ranks of the group must make the same calls in the same order. Parameters are float32 or float64.
 class ZeroOptimizer {
  public:
-  ZeroOptimizer(Communicator& dataParallel, DataType type, std::vector<ZeroLayer> layers, const ZeroOptions& options);
+  ZeroOptimizer(Communicator& dataParallel, DataType type, std::vector<ZeroLayer> layers,
+                const ZeroOptions& options);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
