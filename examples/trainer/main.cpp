@@ -30,8 +30,9 @@ void printMemoryFormulas(const TrainConfig& c, int N, double stateBytes) {
       break;
   }
   std::printf(
-      "memory formula (ZeRO-%d, N=%d data-parallel ranks): %.2f bytes/parameter for this run's %s %s; "
-      "the ZeRO paper's mixed-precision Adam: %.2f\n",
+      "resident memory formula (ZeRO-%d, N=%d data-parallel ranks): %.2f bytes/parameter for this run's %s "
+      "%s; "
+      "the ZeRO paper's, for mixed-precision Adam: %.2f\n",
       c.zero, N, ours, c.float64 ? "float64" : "float32", c.optimizer.c_str(), paper);
 }
 }  // namespace
@@ -90,19 +91,28 @@ int main(int argc, char** argv) {
           schedule.c_str());
     const chorus::trainer::TrainResult r = chorus::trainer::train(world, c);
     // One line per rank, gathered to every rank and printed by rank 0.
-    const double mine[6] = {r.stepSeconds, r.hiddenShare,       r.bubble,
-                            r.idealBubble, r.bytesPerParameter, static_cast<double>(r.parametersHere)};
-    std::vector<double> all(6 * static_cast<size_t>(world.size()));
-    world.allGather(mine, all.data(), 6, chorus::DataType::Float64);
+    constexpr int kFields = 7;
+    const double mine[kFields] = {r.stepSeconds,
+                                  r.hiddenShare,
+                                  r.bubble,
+                                  r.idealBubble,
+                                  r.residentBytesPerParameter,
+                                  r.transientBytesPerParameter,
+                                  static_cast<double>(r.parametersHere)};
+    std::vector<double> all(kFields * static_cast<size_t>(world.size()));
+    world.allGather(mine, all.data(), kFields, chorus::DataType::Float64);
     if (world.rank() == 0) {
       std::printf("final loss %.8f (first %.8f)\n", r.losses.back(), r.losses.front());
-      std::printf("rank  step_ms  comm_hidden  bubble(measured/ideal)  params_here  bytes/param\n");
+      std::printf(
+          "rank  step_ms  comm_hidden  bubble(measured/ideal)  params_here  resident_B/param  "
+          "transient_B/param\n");
       for (int k = 0; k < world.size(); ++k) {
-        const double* v = &all[6 * static_cast<size_t>(k)];
+        const double* v = &all[kFields * static_cast<size_t>(k)];
         char hidden[32] = "-", bubble[48] = "-";
         if (v[1] >= 0) std::snprintf(hidden, sizeof hidden, "%.0f%%", v[1] * 100);
         if (v[2] >= 0) std::snprintf(bubble, sizeof bubble, "%.0f%% / %.0f%%", v[2] * 100, v[3] * 100);
-        std::printf("%4d  %7.2f  %11s  %22s  %11.0f  %11.2f\n", k, v[0] * 1e3, hidden, bubble, v[5], v[4]);
+        std::printf("%4d  %7.2f  %11s  %22s  %11.0f  %16.2f  %17.2f\n", k, v[0] * 1e3, hidden, bubble, v[6],
+                    v[4], v[5]);
       }
       const double stateBytes = c.optimizer == "adamw" ? 2 * (c.float64 ? 8 : 4)
                                 : c.momentum > 0       ? (c.float64 ? 8 : 4)

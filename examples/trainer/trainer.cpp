@@ -388,13 +388,15 @@ TrainResult Run<T>::run() {
   }
   r.stepSeconds = timed / (c_.steps > 1 ? c_.steps - 1 : 1);
   r.parametersHere = blockSize_ * blocksHere_;
+  const double n = static_cast<double>(r.parametersHere);
   if (c_.zero) {
     r.zeroMemory = zero_->memory();
-    r.bytesPerParameter = r.zeroMemory.bytesPerParameter();
+    const train::ZeroMemory& m = r.zeroMemory;
+    r.residentBytesPerParameter = static_cast<double>(m.parameterBytes + m.gradientBytes + m.optimizerBytes) / n;
+    r.transientBytesPerParameter = static_cast<double>(m.peakTransientBytes) / n;
   } else {
-    const size_t es = sizeof(T);
-    r.bytesPerParameter = static_cast<double>(2 * es * r.parametersHere + optim_->stateBytes()) /
-                          static_cast<double>(r.parametersHere);
+    r.residentBytesPerParameter = static_cast<double>(2 * sizeof(T) * r.parametersHere + optim_->stateBytes()) / n;
+    r.transientBytesPerParameter = static_cast<double>(reducer_->lastStats().bytes) / n;
   }
   r.parameters = collect(false);
   return r;

@@ -45,8 +45,9 @@ struct TrainResult {
   double stepSeconds = 0;                ///< mean over steps after the first
   double hiddenShare = -1;               ///< DDP: communication hidden behind backward, last step (-1: n/a)
   double bubble = -1, idealBubble = -1;  ///< pipeline: measured on this stage, and (p-1)/(m+p-1)
-  double bytesPerParameter =
-      0;  ///< this rank's parameter, gradient and optimizer bytes per parameter it computes with
+  /// Bytes per parameter of this rank's part of the model: resident (parameters, gradients, optimizer
+  /// state) and the most held transiently (DDP: bucket copies; ZeRO: gathered layers, unreduced gradients).
+  double residentBytesPerParameter = 0, transientBytesPerParameter = 0;
   size_t parametersHere = 0;     ///< parameters of this rank's part of the model
   train::ZeroMemory zeroMemory;  ///< zero > 0
 };
