@@ -392,10 +392,12 @@ TrainResult Run<T>::run() {
   if (c_.zero) {
     r.zeroMemory = zero_->memory();
     const train::ZeroMemory& m = r.zeroMemory;
-    r.residentBytesPerParameter = static_cast<double>(m.parameterBytes + m.gradientBytes + m.optimizerBytes) / n;
+    r.residentBytesPerParameter =
+        static_cast<double>(m.parameterBytes + m.gradientBytes + m.optimizerBytes) / n;
     r.transientBytesPerParameter = static_cast<double>(m.peakTransientBytes) / n;
   } else {
-    r.residentBytesPerParameter = static_cast<double>(2 * sizeof(T) * r.parametersHere + optim_->stateBytes()) / n;
+    r.residentBytesPerParameter =
+        static_cast<double>(2 * sizeof(T) * r.parametersHere + optim_->stateBytes()) / n;
     r.transientBytesPerParameter = static_cast<double>(reducer_->lastStats().bytes) / n;
   }
   r.parameters = collect(false);
