@@ -65,8 +65,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch", c.batch, "global batch (rows per step)")->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "seed of the model, the data and the teacher");
   app.add_flag("--float64", c.float64, "train in float64 instead of float32");
-  app.add_option("--first-bucket-mb", firstMiB, "DDP: capacity of the first bucket, MiB");
-  app.add_option("--bucket-mb", bucketMiB, "DDP: capacity of the other buckets, MiB");
+  app.add_option("--first-bucket-mb", firstMiB, "DDP: capacity of the first bucket, MiB")
+      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
+  app.add_option("--bucket-mb", bucketMiB, "DDP: capacity of the other buckets, MiB")
+      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
   app.add_flag("--single-bucket", singleBucket, "DDP: one bucket, reduced after the whole backward pass");
   app.add_option("--prefetch", c.zeroPrefetch, "ZeRO-3: layers gathered ahead")
       ->check(CLI::NonNegativeNumber);

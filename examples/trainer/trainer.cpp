@@ -68,10 +68,11 @@ class Run {
     if (c_.layers % c_.pp)
       bad(std::to_string(c_.layers) + " layers do not split evenly into " + std::to_string(c_.pp) +
           " stages");
-    if (c_.batch < 1 || c_.batch % (c_.dp * c_.accum * c_.microBatches))
+    // In 64 bits: the product of three ints can overflow an int.
+    const int64_t split = static_cast<int64_t>(c_.dp) * c_.accum * c_.microBatches;
+    if (c_.batch < 1 || c_.batch % split != 0)
       bad("the global batch " + std::to_string(c_.batch) +
-          " does not divide by dp x accum x micro-batches = " +
-          std::to_string(c_.dp * c_.accum * c_.microBatches));
+          " does not divide by dp x accum x micro-batches = " + std::to_string(split));
     if (c_.zero < 0 || c_.zero > 3) bad("--zero must be 0, 1, 2 or 3");
     if (c_.optimizer != "sgd" && c_.optimizer != "adamw") bad("--optimizer must be sgd or adamw");
   }
@@ -326,8 +327,12 @@ std::vector<double> Run<T>::collect(bool gradients) {
 template <typename T>
 void Run<T>::optimizerStep(bool firstStep, TrainResult& r) {
   if (c_.zero) {
-    zero_->step();
-    if (firstStep) r.firstGrads = collect(true);
+    const train::ZeroOptimizer::StepResult res = zero_->step();
+    if (firstStep) {
+      // The slices were clipped in step(): undo it, so that firstGrads is the reduced gradient.
+      r.firstGrads = collect(true);
+      for (double& g : r.firstGrads) g /= res.clipCoefficient;
+    }
     return;
   }
   if (firstStep) r.firstGrads = collect(true);

@@ -42,7 +42,7 @@ size_t Optimizer::stateBytesPerElement() const {
 }
 
 void Optimizer::update(void* params, const void* grads, size_t count, size_t stateOffset) {
-  if (stateOffset + count > numElements_)
+  if (count > numElements_ || stateOffset > numElements_ - count)
     throw Error(chorusInvalidArgument, "Optimizer::update: elements [" + std::to_string(stateOffset) + ", " +
                                            std::to_string(stateOffset + count) + ") are outside its " +
                                            std::to_string(numElements_));

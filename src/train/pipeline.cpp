@@ -88,9 +88,11 @@ PipelineStats PipelineStage::run(PipelineSchedule schedule, int microBatches, co
       std::vector<std::byte>().swap(in[mb]);
       if (!first) pending = {gradIn[mb].data(), s - 1};
     }
-    // Outputs already sent can go: a send completes within its group.
-    for (int i = 0; i < microBatches; ++i)
-      if (!out[i].empty() && (pending.buf != out[i].data())) std::vector<std::byte>().swap(out[i]);
+    // Outputs and input gradients already sent can go: a send completes within its group.
+    for (int i = 0; i < microBatches; ++i) {
+      if (!out[i].empty() && pending.buf != out[i].data()) std::vector<std::byte>().swap(out[i]);
+      if (!gradIn[i].empty() && pending.buf != gradIn[i].data()) std::vector<std::byte>().swap(gradIn[i]);
+    }
   }
   communicate(nullptr, -1);
   st.totalSeconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -263,14 +263,16 @@ void Reducer::finishBackward() {
 
   Stats st;
   st.buckets = s.buckets.size();
-  Clock::time_point first = s.buckets.front().launchedAt, last = s.buckets.front().doneAt;
+  Clock::time_point prevDone{};
   for (Bucket& b : s.buckets) {
     st.bytes += b.count * dataTypeSize(b.type);
-    first = std::min(first, b.launchedAt);
-    last = std::max(last, b.doneAt);
+    const Clock::time_point start = std::max(b.launchedAt, prevDone);
+    if (b.doneAt > start) {
+      st.commBusy += b.doneAt - start;
+      if (b.doneAt > backwardEnd) st.exposed += b.doneAt - std::max(start, backwardEnd);
+    }
+    prevDone = std::max(prevDone, b.doneAt);
   }
-  st.commWindow = last - first;
-  st.exposed = last > backwardEnd ? last - backwardEnd : Clock::duration::zero();
   s.stats = st;
 
   if (s.options.rebuildBuckets && !s.rebuilt) {

@@ -94,8 +94,9 @@ template <typename T>
 void RowParallelLinear<T>::forward(const T* xLocal, size_t batch, const T* w, const T* b, T* y) const {
   linearForward(xLocal, batch, inLocal_, w, static_cast<const T*>(nullptr), out_, y);
   if (tp_->size() > 1) tp_->allReduce(y, y, batch * out_, dataTypeOf<T>(), ReduceOp::Sum);
-  for (size_t r = 0; r < batch; ++r)
-    for (size_t o = 0; o < out_; ++o) y[r * out_ + o] += b[o];
+  if (b)
+    for (size_t r = 0; r < batch; ++r)
+      for (size_t o = 0; o < out_; ++o) y[r * out_ + o] += b[o];
 }
 
 template <typename T>

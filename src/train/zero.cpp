@@ -99,6 +99,8 @@ struct ZeroOptimizer::Impl {
   void finishReduce(Layer& L) {
     if (!L.reducing) return;
     L.reducing = false;
+    const int index = static_cast<int>(&L - layers.data());
+    inFlight.erase(std::remove(inFlight.begin(), inFlight.end(), index), inFlight.end());
     L.reduceWork.wait();
     if (options.stage == 1) return;
     if (L.shardEpoch != epoch) {
@@ -118,14 +120,9 @@ struct ZeroOptimizer::Impl {
     for (Layer& L : layers)
       if (L.reducing && L.reduceWork.test()) finishReduce(L);
     if (options.stage == 1) return;
-    inFlight.erase(
-        std::remove_if(inFlight.begin(), inFlight.end(), [&](int l) { return !layers[l].reducing; }),
-        inFlight.end());
     // Reductions complete in the order they started (one communicator), so wait for the oldest.
-    while (static_cast<int>(inFlight.size()) > options.maxReductionsInFlight) {
+    while (static_cast<int>(inFlight.size()) > options.maxReductionsInFlight)
       finishReduce(layers[inFlight.front()]);
-      inFlight.erase(inFlight.begin());
-    }
   }
 };
 
@@ -193,6 +190,9 @@ size_t ZeroOptimizer::parameterOffset(int layer, int param) const {
 void ZeroOptimizer::setLayer(int layer, const void* values) {
   Impl& s = *impl_;
   Layer& L = s.layer(layer, "setLayer");
+  if (L.gathering || L.gathered)
+    throw Error(chorusInvalidUsage,
+                s.where() + ": setLayer(" + std::to_string(layer) + ") while it is gathered");
   if (s.options.stage <= 2) {
     std::memset(L.full.get(), 0, L.full.bytes);
     std::memcpy(L.full.get(), values, L.count * s.es);
@@ -257,15 +257,16 @@ void ZeroOptimizer::reduceGradients(int layer) {
                                           ") without gradients this step, or twice in one step");
     L.reduceWork = s.dp.allReduceAsync(L.grad.get(), L.grad.get(), L.padded, s.type, ReduceOp::Avg);
   } else {
-    if (L.grad.empty())
+    if (L.grad.empty() || L.reducing)
       throw Error(chorusInvalidUsage, s.where() + ": reduceGradients(" + std::to_string(layer) +
-                                          ") without gradients(" + std::to_string(layer) + ") first");
+                                          ") without gradients(" + std::to_string(layer) +
+                                          ") since the last one");
     s.allocTransient(L.scratch, L.shard * s.es);
     L.reduceWork = s.dp.reduceScatterAsync(L.grad.get(), L.scratch.get(), L.shard, s.type, ReduceOp::Avg);
   }
   L.reducing = true;
   L.reducedThisStep = true;
-  if (s.options.stage >= 2) s.inFlight.push_back(layer);
+  s.inFlight.push_back(layer);
   s.pollReductions();
 }
 
@@ -313,6 +314,7 @@ ZeroOptimizer::StepResult ZeroOptimizer::step() {
     return result;
   }
   const double coef = norm.clipCoefficient(s.options.maxGradNorm);
+  result.clipCoefficient = coef;
   s.optimizer->beginStep();
   for (Layer& L : s.layers) {
     const size_t own = s.ownCount(L);

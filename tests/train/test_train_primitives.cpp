@@ -14,6 +14,7 @@
 #include "chorus/train/process_grid.hpp"
 #include "chorus/train/reducer.hpp"
 #include "chorus/train/tensor_parallel.hpp"
+#include "chorus/train/zero.hpp"
 
 namespace chorus::train {
 namespace {
@@ -240,6 +241,45 @@ TEST(Reducer, MarkingTwiceIsAnError) {
   }
   red.markGradReady(1);
   red.finishBackward();
+}
+
+TEST(Zero, MisuseIsAnErrorNotACorruption) {
+  auto comms = Communicator::createLocal(2, testConfig());
+  runRanks(comms, [](Communicator& c, int) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      ZeroOptions o;
+      o.stage = stage;
+      std::vector<ZeroLayer> layers(2);
+      layers[0].params = {{"a.w", 10}, {"a.b", 3}};
+      layers[1].params = {{"b.w", 7}};
+      ZeroOptimizer z(c, DataType::Float32, layers, o);
+      EXPECT_EQ(z.layerElements(0), 13u);
+      EXPECT_EQ(z.parameterOffset(0, 1), 10u);
+      std::vector<float> init(13, 1.0f);
+      z.setLayer(0, init.data());
+      z.setLayer(1, init.data());
+      for (int l = 1; l >= 0; --l) {
+        z.acquire(l, -1);
+        if (stage == 3) {
+          EXPECT_THROW(z.setLayer(l, init.data()), Error);  // gathered
+        }
+        static_cast<float*>(z.gradients(l))[0] = 1.0f;
+        z.release(l);
+        if (l == 1) {
+          z.reduceGradients(l);
+          if (stage >= 2) {
+            EXPECT_THROW(z.reduceGradients(l), Error);  // twice without gradients()
+          }
+        }
+      }
+      try {
+        z.step();  // layer 0 was never reduced
+        FAIL() << "stage " << stage;
+      } catch (const Error& e) {
+        EXPECT_TRUE(mentions(e.what(), {"layer 0", "'a.w'", "no reduceGradients"})) << e.what();
+      }
+    }
+  });
 }
 
 TEST(Clip, ReplicatedParametersCountOnceAndInfIsAgreed) {

@@ -31,9 +31,13 @@ inline double idealBubble(int stages, int microBatches) {
 }
 
 struct PipelineStats {
-  double busySeconds = 0;   ///< time inside the forward and backward callbacks
-  double totalSeconds = 0;  ///< time of the whole schedule on this stage
-  int peakInFlight = 0;     ///< most micro-batches whose forward ran and backward had not
+  /// Time inside the forward and backward callbacks, including any communication they do themselves
+  /// (tensor-parallel allreduces, ZeRO-3 gathers), so bubble() is a lower bound when they do.
+  double busySeconds = 0;
+  /// Time of the whole schedule on this stage: from the start of run() to its last step (a later
+  /// stage, whose last backward comes before the earlier stages' last ones, stops its clock sooner).
+  double totalSeconds = 0;
+  int peakInFlight = 0;  ///< most micro-batches whose forward ran and backward had not
   /// The measured bubble: the share of this stage's time not spent computing.
   double bubble() const { return totalSeconds > 0 ? 1.0 - busySeconds / totalSeconds : 0.0; }
 };

@@ -77,13 +77,15 @@ class Reducer {
   struct Stats {
     size_t buckets = 0;
     size_t bytes = 0;
-    /// From the first bucket's launch to the last bucket's completion.
-    std::chrono::duration<double> commWindow{0};
-    /// Time finishBackward waited for communication after the backward pass ended.
+    /// Time the buckets' allreduces were running: they run one after another, so bucket i runs
+    /// from max(its launch, bucket i-1's completion) to its completion. Completions are seen when
+    /// markGradReady or finishBackward looks, so this can exceed the true time by one such gap.
+    std::chrono::duration<double> commBusy{0};
+    /// The part of commBusy after the backward pass ended (finishBackward waiting for it).
     std::chrono::duration<double> exposed{0};
-    /// 1 - exposed / commWindow: the share of communication hidden behind the backward pass.
+    /// 1 - exposed / commBusy: the share of communication time hidden behind the backward pass.
     double hiddenShare() const {
-      return commWindow.count() > 0 ? 1.0 - exposed.count() / commWindow.count() : 0.0;
+      return commBusy.count() > 0 ? 1.0 - exposed.count() / commBusy.count() : 0.0;
     }
   };
   /// Figures of the last synchronised iteration.

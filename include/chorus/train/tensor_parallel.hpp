@@ -27,9 +27,9 @@ class ColumnParallelLinear {
 
   /// Copies this rank's rows of the full W (out x in) and b (out) into w and b.
   void shard(const T* fullWeight, const T* fullBias, T* w, T* b) const;
-  /// y (batch x localOut) = x (batch x in) w^T + b.
+  /// y (batch x localOut) = x (batch x in) w^T + b (if not null).
   void forward(const T* x, size_t batch, const T* w, const T* b, T* y) const;
-  /// Adds to dw and db; writes dx (batch x in), summed over the group (if dx is not null).
+  /// Adds to dw and db (if not null); writes dx (batch x in), summed over the group (if not null).
   void backward(const T* x, const T* dy, size_t batch, const T* w, T* dw, T* db, T* dx) const;
 
  private:
@@ -55,9 +55,10 @@ class RowParallelLinear {
 
   /// Copies this rank's columns of the full W (out x in) into w, and the whole bias into b.
   void shard(const T* fullWeight, const T* fullBias, T* w, T* b) const;
-  /// y (batch x out) = sum over ranks of x_local (batch x inLocal) w^T, plus b.
+  /// y (batch x out) = sum over ranks of x_local (batch x inLocal) w^T, plus b (if not null).
   void forward(const T* xLocal, size_t batch, const T* w, const T* b, T* y) const;
-  /// Adds to dw and db (db is the same on every rank); writes dxLocal (batch x inLocal) if not null.
+  /// Adds to dw and db (if not null; db is the same on every rank); writes dxLocal (batch x inLocal)
+  /// if not null.
   void backward(const T* xLocal, const T* dy, size_t batch, const T* w, T* dw, T* db, T* dxLocal) const;
 
  private:

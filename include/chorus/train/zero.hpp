@@ -101,8 +101,9 @@ class ZeroOptimizer {
   void reduceGradients(int layer);
 
   struct StepResult {
-    double gradNorm = 0;
-    bool skipped = false;  ///< an inf or NaN somewhere: parameters unchanged
+    double gradNorm = 0;         ///< before clipping
+    double clipCoefficient = 1;  ///< what the gradients were scaled by
+    bool skipped = false;        ///< an inf or NaN somewhere: parameters unchanged
   };
   StepResult step();
 
