@@ -9,8 +9,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "chorus/chorus.h"
 
@@ -35,10 +38,35 @@ ncclResult_t refuse(ncclResult_t code, const std::string& message) {
 // Chorus's codes are NCCL's for 0..7; chorusTimeout (a wait passed its deadline, the message naming
 // the ranks that did not arrive) has no NCCL counterpart and is reported as a remote error.
 ncclResult_t fromChorus(chorusResult_t r) {
+  if (r != chorusSuccess) tShimErrorIsLatest = false;  // Chorus's message is the latest now
   if (r == chorusTimeout) return ncclRemoteError;
   if (static_cast<int>(r) < 0 || static_cast<int>(r) >= static_cast<int>(ncclNumResults))
     return ncclInternalError;
   return static_cast<ncclResult_t>(r);
+}
+
+// What an exception inside an exported function becomes: nothing may unwind into a C caller.
+ncclResult_t fromException() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return ncclSystemError;
+  } catch (...) {
+    return ncclInternalError;
+  }
+}
+
+// The caller's ncclGroupStart/End nesting on this thread, and the local copies that gather and
+// scatter must make once the caller's outermost group has run (their sources may be filled by
+// earlier calls of the group).
+thread_local int tGroupDepth = 0;
+thread_local std::vector<std::function<void()>> tAfterGroup;
+
+void afterGroup(std::function<void()> fn) {
+  if (tGroupDepth > 0)
+    tAfterGroup.push_back(std::move(fn));
+  else
+    fn();
 }
 
 chorusComm_t toChorus(ncclComm_t c) { return reinterpret_cast<chorusComm_t>(c); }
@@ -145,13 +173,19 @@ bool configOk(const char* call, const ncclConfig_t* config, ncclResult_t* out) {
 // pnccl* are NCCL's profiling aliases of the same functions.
 #define SHIM_ALIAS(name) SHIM_EXPORT decltype(name) p##name __attribute__((alias(#name)));
 
-#define START tShimErrorIsLatest = false
+#define START try {
+#define END                 \
+  }                         \
+  catch (...) {             \
+    return fromException(); \
+  }
 
 SHIM_EXPORT ncclResult_t ncclGetVersion(int* version) {
-  START;
+  START
   if (!version) return refuse(ncclInvalidArgument, "ncclGetVersion: version is NULL");
   *version = NCCL_VERSION_CODE;
   return ncclSuccess;
+  END
 }
 SHIM_ALIAS(ncclGetVersion)
 
@@ -185,37 +219,50 @@ SHIM_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
 }
 SHIM_ALIAS(ncclGetLastError)
 
+// Deprecated in nccl.h; Chorus reads its environment once per process, so there is nothing to reload.
+SHIM_EXPORT void ncclResetDebugInit() {}
+SHIM_EXPORT void pncclResetDebugInit() __attribute__((alias("ncclResetDebugInit")));
+
 SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  START;
+  START
   return fromChorus(chorusMemAlloc(ptr, size));
+  END
 }
 SHIM_ALIAS(ncclMemAlloc)
 
 SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
-  START;
+  START
   return fromChorus(chorusMemFree(ptr));
+  END
 }
 SHIM_ALIAS(ncclMemFree)
 
 SHIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
-  START;
+  START
   if (!uniqueId) return refuse(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
   chorusUniqueId id;
   const chorusResult_t r = chorusGetUniqueId(&id);
   if (r == chorusSuccess) std::memcpy(uniqueId, &id, sizeof id);
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclGetUniqueId)
 
 SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  START;
+  START
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
+  if (tGroupDepth > 0)
+    return refuse(
+        ncclInvalidUsage,
+        "ncclCommInitRank inside ncclGroupStart/End: Chorus joins each communicator on its own; call it "
+        "outside a group, one thread per rank, or use ncclCommInitAll");
   chorusUniqueId id;
   std::memcpy(&id, &commId, sizeof id);
   chorusComm_t c = nullptr;
   const chorusResult_t r = chorusCommInitRank(&c, nranks, id, rank);
   *comm = r == chorusSuccess ? toNccl(c) : nullptr;
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclCommInitRank)
 
@@ -223,16 +270,17 @@ SHIM_ALIAS(ncclCommInitRank)
 // ncclCommGetAsyncError, which then reports ncclSuccess at once.
 SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                                 ncclConfig_t* config) {
-  START;
+  START
   ncclResult_t out;
   if (!configOk("ncclCommInitRankConfig", config, &out)) return out;
   return ncclCommInitRank(comm, nranks, commId, rank);
+  END
 }
 SHIM_ALIAS(ncclCommInitRankConfig)
 
 SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                   ncclUniqueId* commIds, ncclConfig_t* config) {
-  START;
+  START
   ncclResult_t out;
   if (!configOk("ncclCommInitRankScalable", config, &out)) return out;
   if (nId != 1 || commIds == nullptr)
@@ -240,46 +288,54 @@ SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nrank
         ncclInvalidUsage,
         "ncclCommInitRankScalable: Chorus takes exactly one unique id (nId = 1), got " + std::to_string(nId));
   return ncclCommInitRank(newcomm, nranks, commIds[0], myrank);
+  END
 }
 SHIM_ALIAS(ncclCommInitRankScalable)
 
 SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
-  START;
+  START
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
   static_assert(sizeof(ncclComm_t) == sizeof(chorusComm_t), "handles have the same size");
   return fromChorus(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
+  END
 }
 SHIM_ALIAS(ncclCommInitAll)
 
 // Chorus's destroy waits for pending operations, so finalize has nothing to do first.
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  START;
+  START
   int n;
   return fromChorus(chorusCommCount(toChorus(comm), &n));
+  END
 }
 SHIM_ALIAS(ncclCommFinalize)
 
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  START;
+  START
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
   return fromChorus(chorusCommDestroy(toChorus(comm)));
+  END
 }
 SHIM_ALIAS(ncclCommDestroy)
 
 SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  START;
+  START
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
   return fromChorus(chorusCommAbort(toChorus(comm)));
+  END
 }
 SHIM_ALIAS(ncclCommAbort)
 
 SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t, int) {
-  START;
+  START
   return unsupported("ncclCommRevoke");
+  END
 }
 SHIM_ALIAS(ncclCommRevoke)
 
 SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
-  START;
+  START
   ncclResult_t out;
   if (!configOk("ncclCommSplit", config, &out)) return out;
   if (!newcomm) return refuse(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
@@ -287,12 +343,13 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   const chorusResult_t r = chorusCommSplit(toChorus(comm), color, key, &c);
   *newcomm = r == chorusSuccess ? toNccl(c) : nullptr;
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclCommSplit)
 
 SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  START;
+  START
   ncclResult_t out;
   if (!configOk("ncclCommShrink", config, &out)) return out;
   if (!newcomm) return refuse(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
@@ -304,46 +361,51 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
   const chorusResult_t r = chorusCommShrink(toChorus(comm), excludeRanksList, excludeRanksCount, &c);
   *newcomm = r == chorusSuccess ? toNccl(c) : nullptr;
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclCommShrink)
 
 SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  START;
+  START
   if (!asyncError) return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
   chorusResult_t e = chorusSuccess;
   const chorusResult_t r = chorusCommGetAsyncError(toChorus(comm), &e);
   *asyncError = fromChorus(e);
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclCommGetAsyncError)
 
 SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  START;
+  START
   return fromChorus(chorusCommCount(toChorus(comm), count));
+  END
 }
 SHIM_ALIAS(ncclCommCount)
 
 // Host communicators have no device: -1, after checking the handle.
 SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  START;
+  START
   if (!device) return refuse(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
   int n;
   const chorusResult_t r = chorusCommCount(toChorus(comm), &n);
   if (r == chorusSuccess) *device = -1;
   return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclCommCuDevice)
 
 SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  START;
+  START
   return fromChorus(chorusCommUserRank(toChorus(comm), rank));
+  END
 }
 SHIM_ALIAS(ncclCommUserRank)
 
 // Registration is an optimisation hint: host buffers need none, so registering succeeds with a
 // handle that deregistration accepts.
 SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  START;
+  START
   if (!handle) return refuse(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
   int n;
   const chorusResult_t r = chorusCommCount(toChorus(comm), &n);
@@ -353,46 +415,53 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
   (void)size;
   *handle = buff;
   return ncclSuccess;
+  END
 }
 SHIM_ALIAS(ncclCommRegister)
 
 SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
-  START;
+  START
   int n;
   return fromChorus(chorusCommCount(toChorus(comm), &n));
+  END
 }
 SHIM_ALIAS(ncclCommDeregister)
 
 SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int) {
-  START;
+  START
   return unsupported("ncclCommWindowRegister");
+  END
 }
 SHIM_ALIAS(ncclCommWindowRegister)
 
 SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t) {
-  START;
+  START
   return unsupported("ncclCommWindowDeregister");
+  END
 }
 SHIM_ALIAS(ncclCommWindowDeregister)
 
 SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                                                   ncclComm_t) {
-  START;
+  START
   return unsupported("ncclRedOpCreatePreMulSum");
+  END
 }
 SHIM_ALIAS(ncclRedOpCreatePreMulSum)
 
 SHIM_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t) {
-  START;
+  START
   return refuse(ncclInvalidArgument,
                 "ncclRedOpDestroy: op " + std::to_string(static_cast<int>(op)) +
                     " was not made by ncclRedOpCreatePreMulSum (which Chorus does not support)");
+  END
 }
 SHIM_ALIAS(ncclRedOpDestroy)
 
 SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
-  START;
+  START
   return unsupported("ncclGroupSimulateEnd");
+  END
 }
 SHIM_ALIAS(ncclGroupSimulateEnd)
 
@@ -416,94 +485,115 @@ SHIM_ALIAS(ncclGroupSimulateEnd)
 SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclAllReduce", stream, sendbuff, recvbuff);
   CHECK_OP("ncclAllReduce");
   return fromChorus(
       chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclAllReduce)
 
 SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclReduceScatter", stream, sendbuff, recvbuff);
   CHECK_OP("ncclReduceScatter");
   return fromChorus(
       chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclReduceScatter)
 
 SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclAllGather", stream, sendbuff, recvbuff);
   return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclAllGather)
 
 SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclBroadcast", stream, sendbuff, recvbuff);
   return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclBroadcast)
 
 SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                    ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclBcast", stream, buff, nullptr);
   return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclBcast)
 
 SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclReduce", stream, sendbuff, recvbuff);
   CHECK_OP("ncclReduce");
   return fromChorus(
       chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclReduce)
 
 SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclAlltoAll", stream, sendbuff, recvbuff);
   return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclAlltoAll)
 
 SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclSend", stream, sendbuff, nullptr);
   return fromChorus(chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclSend)
 
 SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclRecv", stream, recvbuff, nullptr);
   return fromChorus(chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), nullptr));
+  END
 }
 SHIM_ALIAS(ncclRecv)
 
 SHIM_EXPORT ncclResult_t ncclGroupStart() {
-  START;
-  return fromChorus(chorusGroupStart());
+  START
+  const chorusResult_t r = chorusGroupStart();
+  if (r == chorusSuccess) ++tGroupDepth;
+  return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclGroupStart)
 
 SHIM_EXPORT ncclResult_t ncclGroupEnd() {
-  START;
-  return fromChorus(chorusGroupEnd());
+  START
+  if (tGroupDepth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  const chorusResult_t r = chorusGroupEnd();
+  if (--tGroupDepth == 0) {
+    auto pending = std::move(tAfterGroup);
+    tAfterGroup.clear();
+    if (r == chorusSuccess)
+      for (auto& fn : pending) fn();
+  }
+  return fromChorus(r);
+  END
 }
 SHIM_ALIAS(ncclGroupEnd)
 
@@ -511,7 +601,7 @@ SHIM_ALIAS(ncclGroupEnd)
 // in rank order; built from grouped sends and receives, the root's own block copied.
 SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclGather", stream, sendbuff, recvbuff);
   int rank = 0, n = 0;
   chorusResult_t r = chorusCommUserRank(toChorus(comm), &rank);
@@ -538,16 +628,19 @@ SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t
   const chorusResult_t end = chorusGroupEnd();
   if (first != chorusSuccess) return fromChorus(first);
   if (end != chorusSuccess) return fromChorus(end);
-  if (rank == root && bytes > 0 && static_cast<char*>(recvbuff) + rank * bytes != sendbuff)
-    std::memmove(static_cast<char*>(recvbuff) + rank * bytes, sendbuff, bytes);
+  if (rank == root && bytes > 0 && static_cast<char*>(recvbuff) + rank * bytes != sendbuff) {
+    char* dst = static_cast<char*>(recvbuff) + rank * bytes;
+    afterGroup([dst, sendbuff, bytes] { std::memmove(dst, sendbuff, bytes); });
+  }
   return ncclSuccess;
+  END
 }
 SHIM_ALIAS(ncclGather)
 
 SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
-  START;
+  START
   CHECK_HOST("ncclScatter", stream, sendbuff, recvbuff);
   int rank = 0, n = 0;
   chorusResult_t r = chorusCommUserRank(toChorus(comm), &rank);
@@ -574,8 +667,11 @@ SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_
   const chorusResult_t end = chorusGroupEnd();
   if (first != chorusSuccess) return fromChorus(first);
   if (end != chorusSuccess) return fromChorus(end);
-  if (rank == root && bytes > 0 && static_cast<const char*>(sendbuff) + rank * bytes != recvbuff)
-    std::memmove(recvbuff, static_cast<const char*>(sendbuff) + rank * bytes, bytes);
+  if (rank == root && bytes > 0 && static_cast<const char*>(sendbuff) + rank * bytes != recvbuff) {
+    const char* src = static_cast<const char*>(sendbuff) + rank * bytes;
+    afterGroup([recvbuff, src, bytes] { std::memmove(recvbuff, src, bytes); });
+  }
   return ncclSuccess;
+  END
 }
 SHIM_ALIAS(ncclScatter)

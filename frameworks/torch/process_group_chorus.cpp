@@ -98,6 +98,32 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// Ends a Chorus group however the scope is left: a group left open would only queue every later call.
+class GroupGuard {
+ public:
+  GroupGuard() : result_(chorusGroupStart()) {}
+  ~GroupGuard() {
+    if (open()) chorusGroupEnd();
+  }
+  bool open() const { return result_ == chorusSuccess && !ended_; }
+  chorusResult_t startResult() const { return result_; }
+  chorusResult_t end() {
+    ended_ = true;
+    return chorusGroupEnd();
+  }
+
+ private:
+  chorusResult_t result_;
+  bool ended_ = false;
+};
+
+void checkLike(const at::Tensor& t, const at::Tensor& like, const char* call) {
+  checkTensor(t, call);
+  TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "chorus ", call,
+              ": every tensor must have the input's type (", like.scalar_type(), ") and size (", like.numel(),
+              " elements), not ", t.scalar_type(), " and ", t.numel());
+}
+
 c10::intrusive_ptr<c10d::Work> done(std::vector<at::Tensor> outputs, c10d::OpType type) {
   return c10::make_intrusive<WorkChorus>(std::move(outputs), type);
 }
@@ -117,7 +143,15 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       py::gil_scoped_release nogil;
       check(chorusCommInitRank(&comm_, size, uid, rank), "init");
     }
-    if (timeoutSeconds > 0) check(chorusCommSetTimeout(comm_, timeoutSeconds), "setting the timeout");
+    if (timeoutSeconds > 0) {
+      const chorusResult_t r = chorusCommSetTimeout(comm_, timeoutSeconds);
+      if (r != chorusSuccess) {
+        const std::string why = chorusGetLastError(comm_);
+        chorusCommDestroy(comm_);
+        comm_ = nullptr;
+        TORCH_CHECK(false, "chorus: setting the timeout to ", timeoutSeconds, " s failed: ", why);
+      }
+    }
   }
   ~ProcessGroupChorus() override {
     if (comm_) chorusCommDestroy(comm_);
@@ -238,31 +272,45 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     checkTensor(input, "all_to_all_single");
     checkTensor(output, "all_to_all_single");
     const int n = getSize();
+    TORCH_CHECK(input.scalar_type() == output.scalar_type(),
+                "chorus all_to_all_single: input and output types differ");
     if (outSplits.empty() && inSplits.empty()) {
+      const int64_t rows = input.dim() > 0 ? input.size(0) : 0;
       TORCH_CHECK(
-          input.numel() == output.numel() && input.numel() % n == 0,
-          "chorus all_to_all_single: equal splits need input and output of the same size, divisible by ", n);
+          input.numel() == output.numel() && rows % n == 0,
+          "chorus all_to_all_single: equal splits need input and output of the same size, with a first "
+          "dimension divisible by ",
+          n);
       check(chorusAllToAll(input.data_ptr(), output.data_ptr(), input.numel() / n,
                            dtypeOf(input, "all_to_all_single"), comm_, nullptr),
             "all_to_all_single");
       return done({output}, c10d::OpType::ALLTOALL_BASE);
     }
+    // Splits count rows (the first dimension); they must be non-negative and add up to it.
     auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, std::vector<size_t>& c,
-                      std::vector<size_t>& d) {
-      const int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+                      std::vector<size_t>& d, const char* which) {
+      TORCH_CHECK(t.dim() > 0, "chorus all_to_all_single: uneven splits need a tensor with dimensions");
+      const int64_t rows = t.size(0);
       const int64_t perRow = rows > 0 ? t.numel() / rows : 0;
+      TORCH_CHECK(!splits.empty() || rows % n == 0, "chorus all_to_all_single: ", which, " has ", rows,
+                  " rows, not divisible by ", n);
+      int64_t total = 0;
       for (int r = 0; r < n; ++r) {
         const int64_t s = splits.empty() ? rows / n : splits[r];
-        d.push_back(r == 0 ? 0 : d.back() + c.back());
+        TORCH_CHECK(s >= 0, "chorus all_to_all_single: negative split size");
+        d.push_back(static_cast<size_t>(total * perRow));
         c.push_back(static_cast<size_t>(s * perRow));
+        total += s;
       }
+      TORCH_CHECK(total == rows, "chorus all_to_all_single: ", which, " splits add up to ", total,
+                  " rows, not ", rows);
     };
     TORCH_CHECK((outSplits.empty() || static_cast<int>(outSplits.size()) == n) &&
                     (inSplits.empty() || static_cast<int>(inSplits.size()) == n),
                 "chorus all_to_all_single: split sizes must have ", n, " entries");
     std::vector<size_t> sc, sd, rc, rd;
-    counts(inSplits, input, sc, sd);
-    counts(outSplits, output, rc, rd);
+    counts(inSplits, input, sc, sd, "the input");
+    counts(outSplits, output, rc, rd, "the output");
     check(chorusAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(), rc.data(), rd.data(),
                           dtypeOf(input, "all_to_all_single"), comm_, nullptr),
           "all_to_all_single");
@@ -278,6 +326,9 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     for (int r = 0; r < n; ++r) {
       checkTensor(inputs[r], "all_to_all");
       checkTensor(outputs[r], "all_to_all");
+      TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
+                      outputs[r].scalar_type() == inputs[0].scalar_type(),
+                  "chorus all_to_all: every tensor must have the same type");
       sd.push_back(r == 0 ? 0 : sd.back() + sc.back());
       sc.push_back(inputs[r].numel());
       rd.push_back(r == 0 ? 0 : rd.back() + rc.back());
@@ -302,12 +353,14 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                   "chorus gather: the root needs one list of ", getSize(), " output tensors");
     const chorusDataType_t dt = dtypeOf(in, "gather");
-    check(chorusGroupStart(), "gather");
+    if (isRoot)
+      for (const auto& o : outputs[0]) checkLike(o, in, "gather");
     chorusResult_t first = chorusSuccess;
+    GroupGuard group;
+    check(group.startResult(), "gather");
     if (isRoot) {
       for (int r = 0; r < getSize(); ++r) {
         at::Tensor& o = outputs[0][r];
-        checkTensor(o, "gather");
         if (r == root) {
           o.copy_(in.view_as(o));
         } else if (first == chorusSuccess) {
@@ -317,7 +370,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     } else {
       first = chorusSend(in.data_ptr(), in.numel(), dt, root, comm_, nullptr);
     }
-    const chorusResult_t end = chorusGroupEnd();
+    const chorusResult_t end = group.end();
     check(first, "gather");
     check(end, "gather");
     return done(isRoot ? outputs[0] : inputs, c10d::OpType::GATHER);
@@ -333,12 +386,14 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                   "chorus scatter: the root needs one list of ", getSize(), " input tensors");
     const chorusDataType_t dt = dtypeOf(out, "scatter");
-    check(chorusGroupStart(), "scatter");
+    if (isRoot)
+      for (const auto& i : inputs[0]) checkLike(i, out, "scatter");
     chorusResult_t first = chorusSuccess;
+    GroupGuard group;
+    check(group.startResult(), "scatter");
     if (isRoot) {
       for (int r = 0; r < getSize(); ++r) {
         const at::Tensor& i = inputs[0][r];
-        checkTensor(i, "scatter");
         if (r == root) {
           out.copy_(i.view_as(out));
         } else if (first == chorusSuccess) {
@@ -348,7 +403,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     } else {
       first = chorusRecv(out.data_ptr(), out.numel(), dt, root, comm_, nullptr);
     }
-    const chorusResult_t end = chorusGroupEnd();
+    const chorusResult_t end = group.end();
     check(first, "scatter");
     check(end, "scatter");
     return done(outputs, c10d::OpType::SCATTER);

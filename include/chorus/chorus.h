@@ -112,7 +112,8 @@ CHORUS_API const char* chorusGetErrorString(chorusResult_t result);
 CHORUS_API const char* chorusGetLastError(chorusComm_t comm);
 
 /** Makes a rendezvous id. The calling process serves the bootstrap store for it until exit
- *  (listening on CHORUS_BOOTSTRAP_ADDR if set, else on all interfaces of an ephemeral port). */
+ *  on an ephemeral port of CHORUS_BOOTSTRAP_ADDR if set, else of 127.0.0.1 (then only ranks on this
+ *  host can join: set CHORUS_BOOTSTRAP_ADDR to an address the other hosts reach). */
 CHORUS_API chorusResult_t chorusGetUniqueId(chorusUniqueId* uniqueId);
 
 /** Joins communicator `uniqueId` as `rank` of `nranks`. Collective over all ranks. */

@@ -4,7 +4,7 @@
 set -euo pipefail
 header=$1
 lib=$2
-declared=$(grep -oE '^(ncclResult_t|const char\*) +p?nccl[A-Za-z0-9_]+ *\(' "$header" |
+declared=$(grep -oE '^(ncclResult_t|const char\*|void) +p?nccl[A-Za-z0-9_]+ *\(' "$header" |
            grep -oE 'p?nccl[A-Za-z0-9_]+ *[(]' | tr -d '( ' | sort -u)
 exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TtWwi]$/ {print $3}' | sed 's/@.*//' | sort -u)
 missing=$(comm -23 <(echo "$declared") <(echo "$exported"))

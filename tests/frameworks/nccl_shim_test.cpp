@@ -291,6 +291,15 @@ void testOthers(ncclComm_t comm) {
   NCCL_OK(ncclScatter(src.data(), got.data(), n, T, 1, comm, nullptr));
   CHECK(got[4] == static_cast<float>(10000 + gRank * n + 4), "scatter: %g", got[4]);
 
+  // Gather inside the caller's group: the root's own block is copied when the group ends.
+  std::vector<float> part(n, 100.0f + gRank), gathered(n * gSize, -1.0f);
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclGather(part.data(), gathered.data(), n, T, 0, comm, nullptr));
+  NCCL_OK(ncclGroupEnd());
+  if (gRank == 0)
+    for (int r = 0; r < gSize; ++r)
+      CHECK(gathered[r * n + 1] == 100.0f + r, "gather in a group, block %d: %g", r, gathered[r * n + 1]);
+
   // A ring of sends and receives in one group.
   std::vector<double> to(n, gRank + 0.5), from(n, -1);
   NCCL_OK(ncclGroupStart());

@@ -144,6 +144,20 @@ def test_ops(rank, world):
         check(False, "BAND was accepted")
     except RuntimeError as e:
         check("not supported" in str(e), f"BAND message: {e}")
+    # A root whose gather list has a wrong-sized tensor: refused before anything is sent (every rank
+    # is told the same way only at the root, so the others skip the call), and the group state of
+    # the root's thread must be clean afterwards.
+    if rank == 0:
+        try:
+            dist.gather(torch.ones(3), [torch.empty(2) for _ in range(world)], dst=0)
+            check(False, "a wrong-sized gather output was accepted")
+        except RuntimeError as e:
+            check("size" in str(e), f"gather size message: {e}")
+    try:
+        dist.all_to_all_single(torch.empty(world * 2), torch.ones(world * 2), [3] * world, [2] * world)
+        check(False, "splits that do not add up were accepted")
+    except RuntimeError as e:
+        check("add up" in str(e), f"split message: {e}")
     t = torch.ones(3)
     dist.all_reduce(t)
     check(torch.equal(t, torch.full((3,), float(world))), "all_reduce after refusals")
