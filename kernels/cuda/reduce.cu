@@ -65,7 +65,8 @@ struct OpProd {
       using U = std::make_unsigned_t<A>;
       // uint8 * uint8 promotes to int: multiply in unsigned int to keep the wrap-around defined.
       using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-      return static_cast<A>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+      return static_cast<A>(
+          static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
     } else {
       return a * b;
     }
@@ -131,7 +132,8 @@ constexpr int kThreads = 512;
 
 // The aligned body: packs [0, packs), kUnroll per thread per iteration, grid-stride.
 template <typename T, typename Op, bool kDiv>
-__global__ void __launch_bounds__(kThreads) reducePacks(T* dst, Sources<T> s, int n, size_t packs, int divisor) {
+__global__ void __launch_bounds__(kThreads)
+    reducePacks(T* dst, Sources<T> s, int n, size_t packs, int divisor) {
   using E = Elem<T>;
   using P = Pack<T>;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x * kUnroll;
@@ -179,8 +181,8 @@ __global__ void __launch_bounds__(kThreads) reducePacks(T* dst, Sources<T> s, in
 
 // Elements [first, count) one at a time: the tail, or everything when a pointer is not 16-byte aligned.
 template <typename T, typename Op, bool kDiv>
-__global__ void __launch_bounds__(kThreads) reduceScalar(T* dst, Sources<T> s, int n, size_t first, size_t count,
-                                                         int divisor) {
+__global__ void __launch_bounds__(kThreads)
+    reduceScalar(T* dst, Sources<T> s, int n, size_t first, size_t count, int divisor) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = first + static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     dst[i] = combine<T, Op, kDiv>(s, n, i, divisor);
@@ -191,7 +193,8 @@ int gSmCount = 0;
 unsigned gridFor(size_t work) {
   if (gSmCount == 0) {
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
       gSmCount = sms;
     else
       gSmCount = 1;
@@ -214,14 +217,15 @@ void launch(void* dstv, const void* const* srcs, int nsrcs, size_t count, int di
   if (aligned) {
     const size_t packs = count / Pack<T>::kN;
     if (packs > 0) {
-      reducePacks<T, Op, kDiv><<<gridFor((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(dst, s, nsrcs,
-                                                                                                   packs, divisor);
+      reducePacks<T, Op, kDiv>
+          <<<gridFor((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(dst, s, nsrcs, packs, divisor);
       check(cudaGetLastError(), "reduce kernel launch");
     }
     done = packs * Pack<T>::kN;
   }
   if (done < count) {
-    reduceScalar<T, Op, kDiv><<<gridFor(count - done), kThreads, 0, stream>>>(dst, s, nsrcs, done, count, divisor);
+    reduceScalar<T, Op, kDiv>
+        <<<gridFor(count - done), kThreads, 0, stream>>>(dst, s, nsrcs, done, count, divisor);
     check(cudaGetLastError(), "reduce kernel launch");
   }
 }
@@ -242,7 +246,8 @@ void dispatchOp(void* dst, const void* const* srcs, int nsrcs, size_t count, Red
       if (divisor > 0) return launch<T, OpSum, true>(dst, srcs, nsrcs, count, divisor, stream);
       return launch<T, OpSum, false>(dst, srcs, nsrcs, count, divisor, stream);
   }
-  throw Error(chorusInvalidArgument, "cuda::reduce: unknown reduction op " + std::to_string(static_cast<int>(op)));
+  throw Error(chorusInvalidArgument,
+              "cuda::reduce: unknown reduction op " + std::to_string(static_cast<int>(op)));
 }
 
 }  // namespace
@@ -259,8 +264,8 @@ int deviceCount(std::string* why) {
   return n;
 }
 
-void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor,
-            void* streamv) {
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor, void* streamv) {
   if (nsrcs < 1 || nsrcs > kMaxSources)
     throw Error(chorusInvalidArgument, "cuda::reduce: " + std::to_string(nsrcs) + " sources (1 to " +
                                            std::to_string(kMaxSources) + ")");
@@ -288,7 +293,8 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
     case DataType::Float64:
       return dispatchOp<double>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
   }
-  throw Error(chorusInvalidArgument, "cuda::reduce: unknown data type " + std::to_string(static_cast<int>(type)));
+  throw Error(chorusInvalidArgument,
+              "cuda::reduce: unknown data type " + std::to_string(static_cast<int>(type)));
 }
 
 void* deviceAlloc(size_t bytes) {
@@ -324,10 +330,12 @@ EventTimer::~EventTimer() {
   cudaEventDestroy(static_cast<cudaEvent_t>(end_));
 }
 void EventTimer::start(void* stream) {
-  check(cudaEventRecord(static_cast<cudaEvent_t>(begin_), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(begin_), static_cast<cudaStream_t>(stream)),
+        "cudaEventRecord");
 }
 double EventTimer::stop(void* stream) {
-  check(cudaEventRecord(static_cast<cudaEvent_t>(end_), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(end_), static_cast<cudaStream_t>(stream)),
+        "cudaEventRecord");
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(end_)), "cudaEventSynchronize");
   float ms = 0;
   check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(begin_), static_cast<cudaEvent_t>(end_)),
