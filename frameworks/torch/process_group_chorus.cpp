@@ -117,6 +117,96 @@ class GroupGuard {
   bool ended_ = false;
 };
 
+// Point-to-point calls wait in this queue and run together, as one Chorus group, when one of their
+// Works is waited for or before the next collective. So irecv-then-isend on two ranks, or a
+// batch_isend_irecv list, progress together instead of each blocking the other.
+class P2pQueue {
+ public:
+  struct Status {
+    bool done = false;
+    std::string error;
+  };
+  explicit P2pQueue(chorusComm_t comm) : comm_(comm) {}
+
+  std::shared_ptr<Status> add(bool isSend, at::Tensor t, int peer, chorusDataType_t type) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto status = std::make_shared<Status>();
+    ops_.push_back(Op{isSend, std::move(t), peer, type, status});
+    return status;
+  }
+
+  // Runs every queued call; each one's status records the group's outcome.
+  void flush() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (ops_.empty()) return;
+    std::vector<Op> ops;
+    ops.swap(ops_);
+    std::string error;
+    chorusResult_t r = chorusGroupStart();
+    if (r == chorusSuccess) {
+      for (Op& op : ops) {
+        const chorusResult_t e =
+            op.isSend ? chorusSend(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm_, nullptr)
+                      : chorusRecv(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm_, nullptr);
+        if (e != chorusSuccess && r == chorusSuccess) r = e;
+      }
+      const chorusResult_t end = chorusGroupEnd();
+      if (r == chorusSuccess) r = end;
+    }
+    if (r != chorusSuccess)
+      error = std::string("chorus send/recv failed (") + chorusGetErrorString(r) +
+              "): " + chorusGetLastError(comm_);
+    for (Op& op : ops) {
+      op.status->done = true;
+      op.status->error = error;
+    }
+  }
+
+ private:
+  struct Op {
+    bool isSend;
+    at::Tensor tensor;
+    int peer;
+    chorusDataType_t type;
+    std::shared_ptr<Status> status;
+  };
+  std::mutex mu_;
+  std::vector<Op> ops_;
+  chorusComm_t comm_;
+};
+
+class WorkP2p : public c10d::Work {
+ public:
+  WorkP2p(std::shared_ptr<P2pQueue> queue, std::shared_ptr<P2pQueue::Status> status,
+          std::vector<at::Tensor> tensors, c10d::OpType type)
+      : c10d::Work(-1, type),
+        queue_(std::move(queue)),
+        status_(std::move(status)),
+        tensors_(std::move(tensors)) {}
+  bool isCompleted() override { return status_->done; }
+  bool isSuccess() const override { return status_->done && status_->error.empty(); }
+  bool wait(std::chrono::milliseconds) override {
+    run();
+    return true;
+  }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    run();
+    auto f = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    f->markCompleted(c10::IValue(tensors_));
+    return f;
+  }
+
+ private:
+  void run() {
+    if (!status_->done) queue_->flush();
+    TORCH_CHECK(status_->error.empty(), status_->error);
+  }
+  std::shared_ptr<P2pQueue> queue_;
+  std::shared_ptr<P2pQueue::Status> status_;
+  std::vector<at::Tensor> tensors_;
+};
+
 void checkLike(const at::Tensor& t, const at::Tensor& like, const char* call) {
   checkTensor(t, call);
   TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "chorus ", call,
@@ -143,6 +233,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       py::gil_scoped_release nogil;
       check(chorusCommInitRank(&comm_, size, uid, rank), "init");
     }
+    p2p_ = std::make_shared<P2pQueue>(comm_);
     if (timeoutSeconds > 0) {
       const chorusResult_t r = chorusCommSetTimeout(comm_, timeoutSeconds);
       if (r != chorusSuccess) {
@@ -154,6 +245,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     }
   }
   ~ProcessGroupChorus() override {
+    if (p2p_) p2p_->flush();  // sends and receives nobody waited for still happen, as in NCCL
     if (comm_) chorusCommDestroy(comm_);
   }
 
@@ -161,6 +253,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
+    flushP2p();
     const at::Tensor& t = single(tensors, "broadcast");
     check(chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "broadcast"),
                           static_cast<int>(opts.rootRank), comm_, nullptr),
@@ -170,6 +263,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    flushP2p();
     const at::Tensor& t = single(tensors, "allreduce");
     check(chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "allreduce"),
                           opOf(opts.reduceOp, "allreduce"), comm_, nullptr),
@@ -179,6 +273,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
+    flushP2p();
     TORCH_CHECK(!tensors.empty(), "chorus allreduce_coalesced: no tensors");
     for (const auto& t : tensors) {
       checkTensor(t, "allreduce_coalesced");
@@ -199,6 +294,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
+    flushP2p();
     const at::Tensor& t = single(tensors, "reduce");
     check(chorusReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "reduce"),
                        opOf(opts.reduceOp, "reduce"), static_cast<int>(opts.rootRank), comm_, nullptr),
@@ -209,6 +305,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions&) override {
+    flushP2p();
     const at::Tensor& in = single(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                 "chorus allgather: one list of ", getSize(), " output tensors expected");
@@ -226,6 +323,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions&) override {
+    flushP2p();
     checkTensor(input, "all_gather_into_tensor");
     checkTensor(output, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
@@ -239,6 +337,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    flushP2p();
     const at::Tensor& out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                 "chorus reduce_scatter: one list of ", getSize(), " input tensors expected");
@@ -254,6 +353,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
+    flushP2p();
     checkTensor(input, "reduce_scatter_tensor");
     checkTensor(output, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
@@ -269,6 +369,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                                std::vector<int64_t>& outSplits,
                                                std::vector<int64_t>& inSplits,
                                                const c10d::AllToAllOptions&) override {
+    flushP2p();
     checkTensor(input, "all_to_all_single");
     checkTensor(output, "all_to_all_single");
     const int n = getSize();
@@ -319,6 +420,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions&) override {
+    flushP2p();
     const int n = getSize();
     TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                 "chorus all_to_all: ", n, " input and output tensors expected");
@@ -346,6 +448,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    flushP2p();
     const at::Tensor& in = single(inputs, "gather");
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
@@ -379,6 +482,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    flushP2p();
     const at::Tensor& out = single(outputs, "scatter");
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
@@ -409,31 +513,43 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     return done(outputs, c10d::OpType::SCATTER);
   }
 
-  // Tags are not matched: messages between two ranks arrive in the order they were sent.
+  // Queued until a Work is waited for or a collective comes (see P2pQueue). Tags are not matched:
+  // messages between two ranks arrive in the order they were sent.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int) override {
     const at::Tensor& t = single(tensors, "send");
-    check(chorusSend(t.data_ptr(), t.numel(), dtypeOf(t, "send"), dstRank, comm_, nullptr), "send");
-    return done(tensors, c10d::OpType::SEND);
+    checkPeer(dstRank, "send");
+    auto status = p2p_->add(true, t, dstRank, dtypeOf(t, "send"));
+    return c10::make_intrusive<WorkP2p>(p2p_, std::move(status), tensors, c10d::OpType::SEND);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int) override {
     const at::Tensor& t = single(tensors, "recv");
-    check(chorusRecv(t.data_ptr(), t.numel(), dtypeOf(t, "recv"), srcRank, comm_, nullptr), "recv");
-    return done(tensors, c10d::OpType::RECV);
+    checkPeer(srcRank, "recv");
+    auto status = p2p_->add(false, t, srcRank, dtypeOf(t, "recv"));
+    return c10::make_intrusive<WorkP2p>(p2p_, std::move(status), tensors, c10d::OpType::RECV);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    flushP2p();
     check(chorusBarrier(comm_, nullptr), "barrier");
     return done({}, c10d::OpType::BARRIER);
   }
 
  private:
+  void checkPeer(int peer, const char* call) const {
+    TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "chorus ", call, ": peer ", peer,
+                " is not another rank of this group of ", getSize());
+  }
+  // Queued sends and receives go first: calls run in the order they were made.
+  void flushP2p() { p2p_->flush(); }
+
   void check(chorusResult_t r, const char* what) const {
     TORCH_CHECK(r == chorusSuccess, "chorus ", what, " failed (", chorusGetErrorString(r),
                 "): ", chorusGetLastError(comm_));
   }
 
   chorusComm_t comm_ = nullptr;
+  std::shared_ptr<P2pQueue> p2p_;
 };
 
 }  // namespace chorus_torch

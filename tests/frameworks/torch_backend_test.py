@@ -125,6 +125,25 @@ def test_ops(rank, world):
         check(torch.equal(x, torch.arange(6.0)), "send/recv")
     dist.barrier()
 
+    # Both sides receive first, 4 MiB each way (more than the transports buffer): queued
+    # sends and receives run together when waited for, so this does not wait for the timeout.
+    if world % 2 == 0:
+        peer = rank ^ 1
+        big_out = torch.full((1 << 20,), float(rank))
+        big_in = torch.empty(1 << 20)
+        r_req = dist.irecv(big_in, src=peer)
+        s_req = dist.isend(big_out, dst=peer)
+        r_req.wait()
+        s_req.wait()
+        check(torch.equal(big_in, torch.full((1 << 20,), float(peer))), "irecv then isend")
+    # A ring through batch_isend_irecv, receive listed first.
+    ring_in = torch.empty(1 << 19)
+    ops = [dist.P2POp(dist.irecv, ring_in, (rank - 1) % world),
+           dist.P2POp(dist.isend, torch.full((1 << 19,), float(rank)), (rank + 1) % world)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    check(torch.equal(ring_in, torch.full((1 << 19,), float((rank - 1) % world))), "batch_isend_irecv ring")
+
     # Sub-groups: even and odd ranks (every rank creates both, as new_group requires).
     evens = dist.new_group([k for k in range(world) if k % 2 == 0], backend="chorus")
     odds = dist.new_group([k for k in range(world) if k % 2 == 1], backend="chorus")
