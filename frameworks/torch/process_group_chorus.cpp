@@ -3,8 +3,10 @@
 //
 // The Python package (chorus_torch/__init__.py) registers the backend and bootstraps each group:
 // the group's rank 0 makes a Chorus unique id and passes it through the c10d store; from then on
-// data moves only through Chorus. Calls run to completion before they return, so every Work is
-// complete, and its future (which DistributedDataParallel chains on) is already marked.
+// data moves only through Chorus. Each group runs its calls in order on a worker thread of its own,
+// as ProcessGroupGloo does: a call checks its arguments, queues the operation and returns a Work
+// that completes (and marks its future, which DistributedDataParallel chains on) when the worker
+// has run it. So DDP's bucket allreduces overlap the rest of its backward pass.
 #include <pybind11/chrono.h>
 #include <torch/extension.h>
 
@@ -79,21 +81,67 @@ at::Tensor flatCat(const std::vector<at::Tensor>& ts) {
   return at::cat(flat);
 }
 
-// A finished operation. Its future holds the output tensors, as ProcessGroupGloo's does.
-class WorkChorus : public c10d::Work {
+// One group's operations, run in the order they were queued on a thread of their own.
+class Worker {
  public:
-  WorkChorus(std::vector<at::Tensor> outputs, c10d::OpType type)
-      : c10d::Work(-1, type), outputs_(std::move(outputs)) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-    future_->markCompleted(c10::IValue(outputs_));
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // runs what is queued first
   }
-  bool isCompleted() override { return true; }
-  bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds) override { return true; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  void submit(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
 
  private:
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// An operation queued on the worker. The base class's wait, isCompleted and isSuccess work from
+// finish(); the future holds the output tensors, as ProcessGroupGloo's does.
+class AsyncWork : public c10d::Work {
+ public:
+  AsyncWork(std::vector<at::Tensor> outputs, c10d::OpType type)
+      : c10d::Work(-1, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // The future first: whoever returns from wait() may read it at once.
+  void complete(std::exception_ptr error) {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+    finish(error);
+  }
+
+ protected:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -117,49 +165,22 @@ class GroupGuard {
   bool ended_ = false;
 };
 
-// Point-to-point calls wait in this queue and run together, as one Chorus group, when one of their
-// Works is waited for or before the next collective. So irecv-then-isend on two ranks, or a
-// batch_isend_irecv list, progress together instead of each blocking the other.
-class P2pQueue {
+// Point-to-point calls wait in this queue and run together, as one Chorus group on the worker, when
+// one of their Works is waited for or before the next collective. So irecv-then-isend on two ranks,
+// or a batch_isend_irecv list, progress together instead of each blocking the other.
+class P2pWork;
+class P2pQueue : public std::enable_shared_from_this<P2pQueue> {
  public:
-  struct Status {
-    bool done = false;
-    std::string error;
-  };
-  explicit P2pQueue(chorusComm_t comm) : comm_(comm) {}
-
-  std::shared_ptr<Status> add(bool isSend, at::Tensor t, int peer, chorusDataType_t type) {
+  P2pQueue(chorusComm_t comm, Worker* worker) : comm_(comm), worker_(worker) {}
+  void add(bool isSend, at::Tensor t, int peer, chorusDataType_t type, c10::intrusive_ptr<P2pWork> work) {
     std::lock_guard<std::mutex> lk(mu_);
-    auto status = std::make_shared<Status>();
-    ops_.push_back(Op{isSend, std::move(t), peer, type, status});
-    return status;
+    ops_.push_back(Op{isSend, std::move(t), peer, type, std::move(work)});
   }
-
-  // Runs every queued call; each one's status records the group's outcome.
-  void flush() {
+  // Queues the waiting calls on the worker as one group (nothing if none wait).
+  void flush();
+  void detach() {
     std::lock_guard<std::mutex> lk(mu_);
-    if (ops_.empty()) return;
-    std::vector<Op> ops;
-    ops.swap(ops_);
-    std::string error;
-    chorusResult_t r = chorusGroupStart();
-    if (r == chorusSuccess) {
-      for (Op& op : ops) {
-        const chorusResult_t e =
-            op.isSend ? chorusSend(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm_, nullptr)
-                      : chorusRecv(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm_, nullptr);
-        if (e != chorusSuccess && r == chorusSuccess) r = e;
-      }
-      const chorusResult_t end = chorusGroupEnd();
-      if (r == chorusSuccess) r = end;
-    }
-    if (r != chorusSuccess)
-      error = std::string("chorus send/recv failed (") + chorusGetErrorString(r) +
-              "): " + chorusGetLastError(comm_);
-    for (Op& op : ops) {
-      op.status->done = true;
-      op.status->error = error;
-    }
+    worker_ = nullptr;
   }
 
  private:
@@ -168,54 +189,65 @@ class P2pQueue {
     at::Tensor tensor;
     int peer;
     chorusDataType_t type;
-    std::shared_ptr<Status> status;
+    c10::intrusive_ptr<P2pWork> work;
   };
+  static void run(chorusComm_t comm, std::vector<Op>& ops);
   std::mutex mu_;
   std::vector<Op> ops_;
   chorusComm_t comm_;
+  Worker* worker_;
 };
 
-class WorkP2p : public c10d::Work {
+class P2pWork : public AsyncWork {
  public:
-  WorkP2p(std::shared_ptr<P2pQueue> queue, std::shared_ptr<P2pQueue::Status> status,
-          std::vector<at::Tensor> tensors, c10d::OpType type)
-      : c10d::Work(-1, type),
-        queue_(std::move(queue)),
-        status_(std::move(status)),
-        tensors_(std::move(tensors)) {}
-  bool isCompleted() override { return status_->done; }
-  bool isSuccess() const override { return status_->done && status_->error.empty(); }
-  bool wait(std::chrono::milliseconds) override {
-    run();
-    return true;
+  P2pWork(std::shared_ptr<P2pQueue> queue, std::vector<at::Tensor> tensors, c10d::OpType type)
+      : AsyncWork(std::move(tensors), type), queue_(std::move(queue)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!isCompleted()) queue_->flush();
+    return AsyncWork::wait(timeout);
   }
-  std::vector<at::Tensor> result() override { return tensors_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
-    run();
-    auto f = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-    f->markCompleted(c10::IValue(tensors_));
-    return f;
+    if (!isCompleted()) queue_->flush();
+    return future_;
   }
 
  private:
-  void run() {
-    if (!status_->done) queue_->flush();
-    TORCH_CHECK(status_->error.empty(), status_->error);
-  }
   std::shared_ptr<P2pQueue> queue_;
-  std::shared_ptr<P2pQueue::Status> status_;
-  std::vector<at::Tensor> tensors_;
 };
+
+void P2pQueue::flush() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (ops_.empty() || worker_ == nullptr) return;
+  auto batch = std::make_shared<std::vector<Op>>();
+  batch->swap(ops_);
+  worker_->submit([comm = comm_, batch] { run(comm, *batch); });
+}
+
+void P2pQueue::run(chorusComm_t comm, std::vector<Op>& ops) {
+  chorusResult_t r = chorusGroupStart();
+  if (r == chorusSuccess) {
+    for (Op& op : ops) {
+      const chorusResult_t e =
+          op.isSend ? chorusSend(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm, nullptr)
+                    : chorusRecv(op.tensor.data_ptr(), op.tensor.numel(), op.type, op.peer, comm, nullptr);
+      if (e != chorusSuccess && r == chorusSuccess) r = e;
+    }
+    const chorusResult_t end = chorusGroupEnd();
+    if (r == chorusSuccess) r = end;
+  }
+  std::exception_ptr error;
+  if (r != chorusSuccess)
+    error = std::make_exception_ptr(std::runtime_error(std::string("chorus send/recv failed (") +
+                                                       chorusGetErrorString(r) +
+                                                       "): " + chorusGetLastError(comm)));
+  for (Op& op : ops) op.work->complete(error);
+}
 
 void checkLike(const at::Tensor& t, const at::Tensor& like, const char* call) {
   checkTensor(t, call);
   TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "chorus ", call,
               ": every tensor must have the input's type (", like.scalar_type(), ") and size (", like.numel(),
               " elements), not ", t.scalar_type(), " and ", t.numel());
-}
-
-c10::intrusive_ptr<c10d::Work> done(std::vector<at::Tensor> outputs, c10d::OpType type) {
-  return c10::make_intrusive<WorkChorus>(std::move(outputs), type);
 }
 
 }  // namespace
@@ -231,9 +263,8 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     std::memcpy(uid.internal, id.data(), id.size());
     {
       py::gil_scoped_release nogil;
-      check(chorusCommInitRank(&comm_, size, uid, rank), "init");
+      check(comm_, chorusCommInitRank(&comm_, size, uid, rank), "init");
     }
-    p2p_ = std::make_shared<P2pQueue>(comm_);
     if (timeoutSeconds > 0) {
       const chorusResult_t r = chorusCommSetTimeout(comm_, timeoutSeconds);
       if (r != chorusSuccess) {
@@ -243,9 +274,17 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
         TORCH_CHECK(false, "chorus: setting the timeout to ", timeoutSeconds, " s failed: ", why);
       }
     }
+    worker_ = std::make_unique<Worker>();
+    p2p_ = std::make_shared<P2pQueue>(comm_, worker_.get());
   }
   ~ProcessGroupChorus() override {
-    if (p2p_) p2p_->flush();  // sends and receives nobody waited for still happen, as in NCCL
+    // Sends and receives nobody waited for still happen, as in NCCL; then the worker runs what is
+    // queued and stops, and only then the communicator goes.
+    if (p2p_) {
+      p2p_->flush();
+      p2p_->detach();
+    }
+    worker_.reset();
     if (comm_) chorusCommDestroy(comm_);
   }
 
@@ -253,128 +292,131 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
-    flushP2p();
-    const at::Tensor& t = single(tensors, "broadcast");
-    check(chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "broadcast"),
-                          static_cast<int>(opts.rootRank), comm_, nullptr),
-          "broadcast");
-    return done(tensors, c10d::OpType::BROADCAST);
+    const at::Tensor t = single(tensors, "broadcast");
+    const chorusDataType_t dt = dtypeOf(t, "broadcast");
+    const int root = static_cast<int>(opts.rootRank);
+    return enqueue(tensors, c10d::OpType::BROADCAST, [t, dt, root](chorusComm_t c) {
+      check(c, chorusBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dt, root, c, nullptr), "broadcast");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    flushP2p();
-    const at::Tensor& t = single(tensors, "allreduce");
-    check(chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "allreduce"),
-                          opOf(opts.reduceOp, "allreduce"), comm_, nullptr),
-          "allreduce");
-    return done(tensors, c10d::OpType::ALLREDUCE);
+    const at::Tensor t = single(tensors, "allreduce");
+    const chorusDataType_t dt = dtypeOf(t, "allreduce");
+    const chorusRedOp_t op = opOf(opts.reduceOp, "allreduce");
+    return enqueue(tensors, c10d::OpType::ALLREDUCE, [t, dt, op](chorusComm_t c) {
+      check(c, chorusAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, op, c, nullptr), "allreduce");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
-    flushP2p();
     TORCH_CHECK(!tensors.empty(), "chorus allreduce_coalesced: no tensors");
     for (const auto& t : tensors) {
       checkTensor(t, "allreduce_coalesced");
       TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "chorus allreduce_coalesced: mixed types");
     }
-    at::Tensor flat = flatCat(tensors);
-    check(
-        chorusAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtypeOf(flat, "allreduce_coalesced"),
-                        opOf(opts.reduceOp, "allreduce_coalesced"), comm_, nullptr),
-        "allreduce_coalesced");
-    int64_t offset = 0;
-    for (auto& t : tensors) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
-    return done(tensors, c10d::OpType::ALLREDUCE_COALESCED);
+    const chorusDataType_t dt = dtypeOf(tensors[0], "allreduce_coalesced");
+    const chorusRedOp_t op = opOf(opts.reduceOp, "allreduce_coalesced");
+    return enqueue(tensors, c10d::OpType::ALLREDUCE_COALESCED, [tensors, dt, op](chorusComm_t c) {
+      at::Tensor flat = flatCat(tensors);
+      check(c, chorusAllReduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dt, op, c, nullptr),
+            "allreduce_coalesced");
+      int64_t offset = 0;
+      for (const auto& t : tensors) {
+        at::Tensor(t).copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    flushP2p();
-    const at::Tensor& t = single(tensors, "reduce");
-    check(chorusReduce(t.data_ptr(), t.data_ptr(), t.numel(), dtypeOf(t, "reduce"),
-                       opOf(opts.reduceOp, "reduce"), static_cast<int>(opts.rootRank), comm_, nullptr),
-          "reduce");
-    return done(tensors, c10d::OpType::REDUCE);
+    const at::Tensor t = single(tensors, "reduce");
+    const chorusDataType_t dt = dtypeOf(t, "reduce");
+    const chorusRedOp_t op = opOf(opts.reduceOp, "reduce");
+    const int root = static_cast<int>(opts.rootRank);
+    return enqueue(tensors, c10d::OpType::REDUCE, [t, dt, op, root](chorusComm_t c) {
+      check(c, chorusReduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, op, root, c, nullptr), "reduce");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions&) override {
-    flushP2p();
-    const at::Tensor& in = single(inputs, "allgather");
+    const at::Tensor in = single(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                 "chorus allgather: one list of ", getSize(), " output tensors expected");
-    for (const auto& o : outputs[0])
-      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                  "chorus allgather: every output must match the input's size and type");
-    at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
-    check(
-        chorusAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), dtypeOf(in, "allgather"), comm_, nullptr),
-        "allgather");
-    for (int r = 0; r < getSize(); ++r)
-      outputs[0][r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view_as(in));
-    return done(outputs[0], c10d::OpType::ALLGATHER);
+    for (const auto& o : outputs[0]) checkLike(o, in, "allgather");
+    const chorusDataType_t dt = dtypeOf(in, "allgather");
+    const std::vector<at::Tensor> outs = outputs[0];
+    return enqueue(outs, c10d::OpType::ALLGATHER, [in, outs, dt](chorusComm_t c) {
+      at::Tensor flat = at::empty({in.numel() * static_cast<int64_t>(outs.size())}, in.options());
+      check(c, chorusAllGather(in.data_ptr(), flat.data_ptr(), in.numel(), dt, c, nullptr), "allgather");
+      for (size_t r = 0; r < outs.size(); ++r)
+        at::Tensor(outs[r]).copy_(
+            flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view_as(outs[r]));
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions&) override {
-    flushP2p();
     checkTensor(input, "all_gather_into_tensor");
     checkTensor(output, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                 "chorus all_gather_into_tensor: the output must hold world_size inputs of the same type");
-    check(chorusAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
-                          dtypeOf(input, "all_gather_into_tensor"), comm_, nullptr),
-          "all_gather_into_tensor");
-    return done({output}, c10d::OpType::_ALLGATHER_BASE);
+    const chorusDataType_t dt = dtypeOf(input, "all_gather_into_tensor");
+    const at::Tensor in = input, out = output;
+    return enqueue({output}, c10d::OpType::_ALLGATHER_BASE, [in, out, dt](chorusComm_t c) {
+      check(c, chorusAllGather(in.data_ptr(), out.data_ptr(), in.numel(), dt, c, nullptr),
+            "all_gather_into_tensor");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    flushP2p();
-    const at::Tensor& out = single(outputs, "reduce_scatter");
+    const at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                 "chorus reduce_scatter: one list of ", getSize(), " input tensors expected");
-    for (const auto& i : inputs[0])
-      TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
-                  "chorus reduce_scatter: every input must match the output's size and type");
-    at::Tensor flat = flatCat(inputs[0]);
-    check(chorusReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtypeOf(out, "reduce_scatter"),
-                              opOf(opts.reduceOp, "reduce_scatter"), comm_, nullptr),
-          "reduce_scatter");
-    return done(outputs, c10d::OpType::REDUCE_SCATTER);
+    for (const auto& i : inputs[0]) checkLike(i, out, "reduce_scatter");
+    const chorusDataType_t dt = dtypeOf(out, "reduce_scatter");
+    const chorusRedOp_t op = opOf(opts.reduceOp, "reduce_scatter");
+    const std::vector<at::Tensor> ins = inputs[0];
+    return enqueue(outputs, c10d::OpType::REDUCE_SCATTER, [out, ins, dt, op](chorusComm_t c) {
+      at::Tensor flat = flatCat(ins);
+      check(c, chorusReduceScatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, op, c, nullptr),
+            "reduce_scatter");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
-    flushP2p();
     checkTensor(input, "reduce_scatter_tensor");
     checkTensor(output, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                 "chorus reduce_scatter_tensor: the input must hold world_size outputs of the same type");
-    check(chorusReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
-                              dtypeOf(output, "reduce_scatter_tensor"),
-                              opOf(opts.reduceOp, "reduce_scatter_tensor"), comm_, nullptr),
-          "reduce_scatter_tensor");
-    return done({output}, c10d::OpType::_REDUCE_SCATTER_BASE);
+    const chorusDataType_t dt = dtypeOf(output, "reduce_scatter_tensor");
+    const chorusRedOp_t op = opOf(opts.reduceOp, "reduce_scatter_tensor");
+    const at::Tensor in = input, out = output;
+    return enqueue({output}, c10d::OpType::_REDUCE_SCATTER_BASE, [in, out, dt, op](chorusComm_t c) {
+      check(c, chorusReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), dt, op, c, nullptr),
+            "reduce_scatter_tensor");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outSplits,
                                                std::vector<int64_t>& inSplits,
                                                const c10d::AllToAllOptions&) override {
-    flushP2p();
     checkTensor(input, "all_to_all_single");
     checkTensor(output, "all_to_all_single");
     const int n = getSize();
     TORCH_CHECK(input.scalar_type() == output.scalar_type(),
                 "chorus all_to_all_single: input and output types differ");
+    const chorusDataType_t dt = dtypeOf(input, "all_to_all_single");
+    const at::Tensor in = input, out = output;
     if (outSplits.empty() && inSplits.empty()) {
       const int64_t rows = input.dim() > 0 ? input.size(0) : 0;
       TORCH_CHECK(
@@ -382,14 +424,17 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
           "chorus all_to_all_single: equal splits need input and output of the same size, with a first "
           "dimension divisible by ",
           n);
-      check(chorusAllToAll(input.data_ptr(), output.data_ptr(), input.numel() / n,
-                           dtypeOf(input, "all_to_all_single"), comm_, nullptr),
-            "all_to_all_single");
-      return done({output}, c10d::OpType::ALLTOALL_BASE);
+      return enqueue({output}, c10d::OpType::ALLTOALL_BASE, [in, out, dt, n](chorusComm_t c) {
+        check(c, chorusAllToAll(in.data_ptr(), out.data_ptr(), in.numel() / n, dt, c, nullptr),
+              "all_to_all_single");
+      });
     }
+    TORCH_CHECK((outSplits.empty() || static_cast<int>(outSplits.size()) == n) &&
+                    (inSplits.empty() || static_cast<int>(inSplits.size()) == n),
+                "chorus all_to_all_single: split sizes must have ", n, " entries");
     // Splits count rows (the first dimension); they must be non-negative and add up to it.
-    auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, std::vector<size_t>& c,
-                      std::vector<size_t>& d, const char* which) {
+    auto counts = [&](const std::vector<int64_t>& splits, const at::Tensor& t, std::vector<size_t>& cnt,
+                      std::vector<size_t>& disp, const char* which) {
       TORCH_CHECK(t.dim() > 0, "chorus all_to_all_single: uneven splits need a tensor with dimensions");
       const int64_t rows = t.size(0);
       const int64_t perRow = rows > 0 ? t.numel() / rows : 0;
@@ -397,30 +442,28 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                   " rows, not divisible by ", n);
       int64_t total = 0;
       for (int r = 0; r < n; ++r) {
-        const int64_t s = splits.empty() ? rows / n : splits[r];
-        TORCH_CHECK(s >= 0, "chorus all_to_all_single: negative split size");
-        d.push_back(static_cast<size_t>(total * perRow));
-        c.push_back(static_cast<size_t>(s * perRow));
-        total += s;
+        const int64_t sz = splits.empty() ? rows / n : splits[r];
+        TORCH_CHECK(sz >= 0, "chorus all_to_all_single: negative split size");
+        disp.push_back(static_cast<size_t>(total * perRow));
+        cnt.push_back(static_cast<size_t>(sz * perRow));
+        total += sz;
       }
       TORCH_CHECK(total == rows, "chorus all_to_all_single: ", which, " splits add up to ", total,
                   " rows, not ", rows);
     };
-    TORCH_CHECK((outSplits.empty() || static_cast<int>(outSplits.size()) == n) &&
-                    (inSplits.empty() || static_cast<int>(inSplits.size()) == n),
-                "chorus all_to_all_single: split sizes must have ", n, " entries");
     std::vector<size_t> sc, sd, rc, rd;
     counts(inSplits, input, sc, sd, "the input");
     counts(outSplits, output, rc, rd, "the output");
-    check(chorusAllToAllv(input.data_ptr(), sc.data(), sd.data(), output.data_ptr(), rc.data(), rd.data(),
-                          dtypeOf(input, "all_to_all_single"), comm_, nullptr),
-          "all_to_all_single");
-    return done({output}, c10d::OpType::ALLTOALL_BASE);
+    return enqueue({output}, c10d::OpType::ALLTOALL_BASE, [in, out, dt, sc, sd, rc, rd](chorusComm_t c) {
+      check(c,
+            chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), dt, c,
+                            nullptr),
+            "all_to_all_single");
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions&) override {
-    flushP2p();
     const int n = getSize();
     TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
                 "chorus all_to_all: ", n, " input and output tensors expected");
@@ -436,119 +479,139 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
       rd.push_back(r == 0 ? 0 : rd.back() + rc.back());
       rc.push_back(outputs[r].numel());
     }
-    at::Tensor in = flatCat(inputs);
-    at::Tensor out = at::empty({static_cast<int64_t>(rd.back() + rc.back())}, outputs[0].options());
-    check(chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
-                          dtypeOf(in, "all_to_all"), comm_, nullptr),
-          "all_to_all");
-    for (int r = 0; r < n; ++r) outputs[r].copy_(out.narrow(0, rd[r], rc[r]).view_as(outputs[r]));
-    return done(outputs, c10d::OpType::ALLTOALL);
+    const chorusDataType_t dt = dtypeOf(inputs[0], "all_to_all");
+    const std::vector<at::Tensor> ins = inputs, outs = outputs;
+    return enqueue(outputs, c10d::OpType::ALLTOALL, [ins, outs, dt, sc, sd, rc, rd](chorusComm_t c) {
+      at::Tensor in = flatCat(ins);
+      at::Tensor out = at::empty({static_cast<int64_t>(rd.back() + rc.back())}, outs[0].options());
+      check(c,
+            chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), dt, c,
+                            nullptr),
+            "all_to_all");
+      for (size_t r = 0; r < outs.size(); ++r)
+        at::Tensor(outs[r]).copy_(
+            out.narrow(0, static_cast<int64_t>(rd[r]), static_cast<int64_t>(rc[r])).view_as(outs[r]));
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
-    flushP2p();
-    const at::Tensor& in = single(inputs, "gather");
+    const at::Tensor in = single(inputs, "gather");
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
-    if (isRoot)
+    if (isRoot) {
       TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                   "chorus gather: the root needs one list of ", getSize(), " output tensors");
-    const chorusDataType_t dt = dtypeOf(in, "gather");
-    if (isRoot)
       for (const auto& o : outputs[0]) checkLike(o, in, "gather");
-    chorusResult_t first = chorusSuccess;
-    GroupGuard group;
-    check(group.startResult(), "gather");
-    if (isRoot) {
-      for (int r = 0; r < getSize(); ++r) {
-        at::Tensor& o = outputs[0][r];
-        if (r == root) {
-          o.copy_(in.view_as(o));
-        } else if (first == chorusSuccess) {
-          first = chorusRecv(o.data_ptr(), o.numel(), dt, r, comm_, nullptr);
-        }
-      }
-    } else {
-      first = chorusSend(in.data_ptr(), in.numel(), dt, root, comm_, nullptr);
     }
-    const chorusResult_t end = group.end();
-    check(first, "gather");
-    check(end, "gather");
-    return done(isRoot ? outputs[0] : inputs, c10d::OpType::GATHER);
+    const chorusDataType_t dt = dtypeOf(in, "gather");
+    const std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
+    const int me = getRank();
+    return enqueue(
+        isRoot ? outputs[0] : inputs, c10d::OpType::GATHER, [in, outs, dt, root, me](chorusComm_t c) {
+          chorusResult_t first = chorusSuccess;
+          GroupGuard group;
+          check(c, group.startResult(), "gather");
+          if (me == root) {
+            for (size_t r = 0; r < outs.size(); ++r) {
+              if (static_cast<int>(r) == root)
+                at::Tensor(outs[r]).copy_(in.view_as(outs[r]));
+              else if (first == chorusSuccess)
+                first = chorusRecv(outs[r].data_ptr(), outs[r].numel(), dt, static_cast<int>(r), c, nullptr);
+            }
+          } else {
+            first = chorusSend(in.data_ptr(), in.numel(), dt, root, c, nullptr);
+          }
+          const chorusResult_t end = group.end();
+          check(c, first, "gather");
+          check(c, end, "gather");
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
-    flushP2p();
-    const at::Tensor& out = single(outputs, "scatter");
+    const at::Tensor out = single(outputs, "scatter");
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
-    if (isRoot)
+    if (isRoot) {
       TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                   "chorus scatter: the root needs one list of ", getSize(), " input tensors");
-    const chorusDataType_t dt = dtypeOf(out, "scatter");
-    if (isRoot)
       for (const auto& i : inputs[0]) checkLike(i, out, "scatter");
-    chorusResult_t first = chorusSuccess;
-    GroupGuard group;
-    check(group.startResult(), "scatter");
-    if (isRoot) {
-      for (int r = 0; r < getSize(); ++r) {
-        const at::Tensor& i = inputs[0][r];
-        if (r == root) {
-          out.copy_(i.view_as(out));
-        } else if (first == chorusSuccess) {
-          first = chorusSend(i.data_ptr(), i.numel(), dt, r, comm_, nullptr);
-        }
-      }
-    } else {
-      first = chorusRecv(out.data_ptr(), out.numel(), dt, root, comm_, nullptr);
     }
-    const chorusResult_t end = group.end();
-    check(first, "scatter");
-    check(end, "scatter");
-    return done(outputs, c10d::OpType::SCATTER);
+    const chorusDataType_t dt = dtypeOf(out, "scatter");
+    const std::vector<at::Tensor> ins = isRoot ? inputs[0] : std::vector<at::Tensor>{};
+    const int me = getRank();
+    return enqueue(outputs, c10d::OpType::SCATTER, [out, ins, dt, root, me](chorusComm_t c) {
+      chorusResult_t first = chorusSuccess;
+      GroupGuard group;
+      check(c, group.startResult(), "scatter");
+      if (me == root) {
+        for (size_t r = 0; r < ins.size(); ++r) {
+          if (static_cast<int>(r) == root)
+            at::Tensor(out).copy_(ins[r].view_as(out));
+          else if (first == chorusSuccess)
+            first = chorusSend(ins[r].data_ptr(), ins[r].numel(), dt, static_cast<int>(r), c, nullptr);
+        }
+      } else {
+        first = chorusRecv(out.data_ptr(), out.numel(), dt, root, c, nullptr);
+      }
+      const chorusResult_t end = group.end();
+      check(c, first, "scatter");
+      check(c, end, "scatter");
+    });
   }
 
   // Queued until a Work is waited for or a collective comes (see P2pQueue). Tags are not matched:
   // messages between two ranks arrive in the order they were sent.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int) override {
-    const at::Tensor& t = single(tensors, "send");
-    checkPeer(dstRank, "send");
-    auto status = p2p_->add(true, t, dstRank, dtypeOf(t, "send"));
-    return c10::make_intrusive<WorkP2p>(p2p_, std::move(status), tensors, c10d::OpType::SEND);
+    return pointToPoint(tensors, dstRank, true);
   }
-
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int) override {
-    const at::Tensor& t = single(tensors, "recv");
-    checkPeer(srcRank, "recv");
-    auto status = p2p_->add(false, t, srcRank, dtypeOf(t, "recv"));
-    return c10::make_intrusive<WorkP2p>(p2p_, std::move(status), tensors, c10d::OpType::RECV);
+    return pointToPoint(tensors, srcRank, false);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    flushP2p();
-    check(chorusBarrier(comm_, nullptr), "barrier");
-    return done({}, c10d::OpType::BARRIER);
+    return enqueue({}, c10d::OpType::BARRIER,
+                   [](chorusComm_t c) { check(c, chorusBarrier(c, nullptr), "barrier"); });
   }
 
  private:
-  void checkPeer(int peer, const char* call) const {
+  static void check(chorusComm_t comm, chorusResult_t r, const char* what) {
+    TORCH_CHECK(r == chorusSuccess, "chorus ", what, " failed (", chorusGetErrorString(r),
+                "): ", chorusGetLastError(comm));
+  }
+
+  // Queued sends and receives go first, so calls run in the order they were made.
+  c10::intrusive_ptr<c10d::Work> enqueue(std::vector<at::Tensor> outputs, c10d::OpType type,
+                                         std::function<void(chorusComm_t)> body) {
+    auto work = c10::make_intrusive<AsyncWork>(std::move(outputs), type);
+    p2p_->flush();
+    worker_->submit([work, body = std::move(body), comm = comm_] {
+      std::exception_ptr error;
+      try {
+        body(comm);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      work->complete(error);
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend) {
+    const char* call = isSend ? "send" : "recv";
+    const at::Tensor t = single(tensors, call);
     TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "chorus ", call, ": peer ", peer,
                 " is not another rank of this group of ", getSize());
-  }
-  // Queued sends and receives go first: calls run in the order they were made.
-  void flushP2p() { p2p_->flush(); }
-
-  void check(chorusResult_t r, const char* what) const {
-    TORCH_CHECK(r == chorusSuccess, "chorus ", what, " failed (", chorusGetErrorString(r),
-                "): ", chorusGetLastError(comm_));
+    auto work = c10::make_intrusive<P2pWork>(p2p_, tensors, isSend ? c10d::OpType::SEND : c10d::OpType::RECV);
+    p2p_->add(isSend, t, peer, dtypeOf(t, call), work);
+    return work;
   }
 
   chorusComm_t comm_ = nullptr;
+  std::unique_ptr<Worker> worker_;
   std::shared_ptr<P2pQueue> p2p_;
 };
 
