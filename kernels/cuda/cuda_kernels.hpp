@@ -18,7 +18,8 @@ int deviceCount(std::string* why = nullptr);
 /// semantics of the CPU kernels (kernels/cpu/reduce.hpp): integers wrap around, float16/bfloat16
 /// accumulate in float32 and round once to nearest even, Avg divides by avgDivisor (> 0), Max/Min
 /// return the first NaN in source order. For NaN-free inputs the result is bit-identical to the CPU
-/// kernels' (NaN payloads may differ). 1 <= nsrcs <= kMaxSources; dst may equal a source.
+/// kernels' whenever the reduction produces no NaN (NaN payloads and signs may differ).
+/// 1 <= nsrcs <= kMaxSources; dst may equal a source.
 inline constexpr int kMaxSources = 8;
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor, void* stream);
@@ -37,6 +38,8 @@ double timeOnDevice(void* stream, int iters, Fn&& fn);
 struct EventTimer {
   EventTimer();
   ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
   void start(void* stream);
   /// Milliseconds since start(), after synchronizing on the stop event.
   double stop(void* stream);

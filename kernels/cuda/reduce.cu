@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -95,7 +96,13 @@ struct OpMin {
 // Avg's division: in the accumulation type; integers truncate toward zero, as C++ division does.
 template <typename A>
 __device__ A divide(A a, int d) {
-  if constexpr (kIsInt<A>) {
+  // 32-bit division for types of 32 bits or less: 64-bit integer division is emulated on GPUs.
+  if constexpr (kIsInt<A> && sizeof(A) <= 4) {
+    if constexpr (std::is_signed_v<A>)
+      return static_cast<A>(static_cast<int32_t>(a) / d);
+    else
+      return static_cast<A>(static_cast<uint32_t>(a) / static_cast<uint32_t>(d));
+  } else if constexpr (kIsInt<A>) {
     if constexpr (std::is_signed_v<A>)
       return static_cast<A>(static_cast<int64_t>(a) / d);
     else
@@ -188,20 +195,42 @@ __global__ void __launch_bounds__(kThreads)
     dst[i] = combine<T, Op, kDiv>(s, n, i, divisor);
 }
 
-int gSmCount = 0;
+// Streaming multiprocessors per device ordinal, cached once known (a failed query is not cached).
+constexpr int kMaxDevices = 64;
+std::atomic<int> gSmCount[kMaxDevices];
 
-unsigned gridFor(size_t work) {
-  if (gSmCount == 0) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-      gSmCount = sms;
-    else
-      gSmCount = 1;
+int smCount() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return 1;
   }
+  if (const int known = gSmCount[dev].load(std::memory_order_relaxed)) return known;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  gSmCount[dev].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+// Enough blocks to fill every SM once at the kernel's occupancy (blocksPerSm), no more: the loops
+// are grid-stride.
+unsigned gridFor(size_t work, int blocksPerSm) {
   const size_t blocks = (work + kThreads - 1) / kThreads;
-  const size_t cap = static_cast<size_t>(gSmCount) * 4;  // enough blocks to fill every SM
+  const size_t cap = static_cast<size_t>(smCount()) * static_cast<size_t>(blocksPerSm > 0 ? blocksPerSm : 1);
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
+}
+
+// Resident blocks per SM of `kernel` at kThreads threads (1 if the query fails).
+template <typename K>
+int occupancy(K kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return n;
 }
 
 template <typename T, typename Op, bool kDiv>
@@ -214,18 +243,22 @@ void launch(void* dstv, const void* const* srcs, int nsrcs, size_t count, int di
   }
   T* dst = static_cast<T*>(dstv);
   size_t done = 0;
+  // Per instantiation, for the device current on first use.
+  static const int packsPerSm = occupancy(reducePacks<T, Op, kDiv>);
+  static const int scalarPerSm = occupancy(reduceScalar<T, Op, kDiv>);
+  (void)cudaGetLastError();  // an error some earlier call left behind is not this launch's
   if (aligned) {
     const size_t packs = count / Pack<T>::kN;
     if (packs > 0) {
-      reducePacks<T, Op, kDiv>
-          <<<gridFor((packs + kUnroll - 1) / kUnroll), kThreads, 0, stream>>>(dst, s, nsrcs, packs, divisor);
+      reducePacks<T, Op, kDiv><<<gridFor((packs + kUnroll - 1) / kUnroll, packsPerSm), kThreads, 0, stream>>>(
+          dst, s, nsrcs, packs, divisor);
       check(cudaGetLastError(), "reduce kernel launch");
     }
     done = packs * Pack<T>::kN;
   }
   if (done < count) {
     reduceScalar<T, Op, kDiv>
-        <<<gridFor(count - done), kThreads, 0, stream>>>(dst, s, nsrcs, done, count, divisor);
+        <<<gridFor(count - done, scalarPerSm), kThreads, 0, stream>>>(dst, s, nsrcs, done, count, divisor);
     check(cudaGetLastError(), "reduce kernel launch");
   }
 }
@@ -302,7 +335,9 @@ void* deviceAlloc(size_t bytes) {
   check(cudaMalloc(&p, bytes), "cudaMalloc");
   return p;
 }
-void deviceFree(void* p) noexcept { cudaFree(p); }
+void deviceFree(void* p) noexcept {
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
 void copyToDevice(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
 }
@@ -318,9 +353,9 @@ void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 EventTimer::EventTimer() {
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "cudaEventCreate");
-  if (cudaEventCreate(&b) != cudaSuccess) {
+  if (const cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {
     cudaEventDestroy(a);
-    fail(cudaGetLastError(), "cudaEventCreate");
+    fail(e, "cudaEventCreate");
   }
   begin_ = a;
   end_ = b;
@@ -346,7 +381,10 @@ double EventTimer::stop(void* stream) {
 std::string deviceName() {
   int dev = 0;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "";
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }

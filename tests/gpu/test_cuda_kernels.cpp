@@ -26,20 +26,20 @@ class CudaReduce : public ::testing::Test {
   }
 };
 
-// Random elements without NaN or infinity (for those, only the CPU kernels define the payload).
+// Random elements whose reductions produce no NaN (its payload and sign are the CPU's own): half
+// and bfloat16 magnitudes between 2^-5 and 2^5, or 2^-10 and 2^10 (never zero, so a product that
+// rounds to infinity is never multiplied by zero); float32 and float64 of at most about 1000.
 void fill(std::vector<std::byte>& buf, DataType type, std::mt19937_64& rng) {
   const size_t es = dataTypeSize(type), n = buf.size() / es;
   for (size_t i = 0; i < n; ++i) {
     uint64_t bits = rng();
     std::byte* p = buf.data() + i * es;
     switch (type) {
-      case DataType::Float16:
-        bits &= 0xffff;
-        if (((bits >> 10) & 0x1f) == 0x1f) bits &= ~uint64_t{0x4000};  // all-ones exponent: not finite
+      case DataType::Float16:  // sign, exponent 10..20 (bias 15), mantissa
+        bits = (bits & 0x83ff) | ((10 + (bits >> 16) % 11) << 10);
         break;
-      case DataType::BFloat16:
-        bits &= 0xffff;
-        if (((bits >> 7) & 0xff) == 0xff) bits &= ~uint64_t{0x4000};
+      case DataType::BFloat16:  // sign, exponent 117..137 (bias 127), mantissa
+        bits = (bits & 0x807f) | ((117 + (bits >> 16) % 21) << 7);
         break;
       case DataType::Float32: {
         const float f = static_cast<float>(static_cast<int64_t>(bits % 2000001) - 1000000) / 1024.0f;
@@ -56,6 +56,13 @@ void fill(std::vector<std::byte>& buf, DataType type, std::mt19937_64& rng) {
     }
     std::memcpy(p, &bits, es);
   }
+}
+
+// Index of the first element that differs, or the element count when none does.
+size_t firstDifference(const std::vector<std::byte>& a, const std::vector<std::byte>& b, size_t es) {
+  for (size_t i = 0; i < a.size() / es; ++i)
+    if (std::memcmp(a.data() + i * es, b.data() + i * es, es) != 0) return i;
+  return a.size() / es;
 }
 
 struct DeviceBuffer {
@@ -94,18 +101,42 @@ TEST_F(CudaReduce, EveryTypeOpAndSourceCountMatchesTheCpuKernels) {
               devSrcs.push_back(static_cast<std::byte*>(dev.back()->p) + offset * es);
             }
             std::vector<std::byte> want(count * es), got(count * es);
-            kernels::reduce(want.data(), hostSrcs.data(), nsrcs, count, type, op, 4);
+            const int divisor = nsrcs == 3 ? 3 : 4;  // Avg's division, also by a non-power of two
+            kernels::reduce(want.data(), hostSrcs.data(), nsrcs, count, type, op, divisor);
             DeviceBuffer out(bytes);
             void* dst = static_cast<std::byte*>(out.p) + offset * es;
-            reduce(dst, devSrcs.data(), nsrcs, count, type, op, 4, nullptr);
+            reduce(dst, devSrcs.data(), nsrcs, count, type, op, divisor, nullptr);
             synchronize();
             copyToHost(got.data(), dst, count * es);
-            ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+            ASSERT_EQ(firstDifference(got, want, es), count) << "first differing element";
           }
         }
       }
     }
   }
+}
+
+// More elements than one sweep of the grid covers, so the grid-stride loop goes round.
+TEST_F(CudaReduce, LargeInputsGoRoundTheGrid) {
+  std::mt19937_64 rng(7);
+  const size_t n = (size_t{1} << 23) + 5, bytes = n * 8;
+  std::vector<std::vector<std::byte>> host(3, std::vector<std::byte>(bytes));
+  std::vector<std::unique_ptr<DeviceBuffer>> dev;
+  std::vector<const void*> hostSrcs, devSrcs;
+  for (auto& h : host) {
+    fill(h, DataType::Float64, rng);
+    dev.push_back(std::make_unique<DeviceBuffer>(bytes));
+    copyToDevice(dev.back()->p, h.data(), bytes);
+    hostSrcs.push_back(h.data());
+    devSrcs.push_back(dev.back()->p);
+  }
+  std::vector<std::byte> want(bytes), got(bytes);
+  kernels::reduce(want.data(), hostSrcs.data(), 3, n, DataType::Float64, ReduceOp::Sum, 0);
+  DeviceBuffer out(bytes);
+  reduce(out.p, devSrcs.data(), 3, n, DataType::Float64, ReduceOp::Sum, 0, nullptr);
+  synchronize();
+  copyToHost(got.data(), out.p, bytes);
+  ASSERT_EQ(firstDifference(got, want, 8), n);
 }
 
 TEST_F(CudaReduce, InPlaceIntoTheFirstSource) {
