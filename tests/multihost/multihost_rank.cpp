@@ -15,6 +15,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -44,6 +45,11 @@ int killMode() {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string text = e.what();
     std::printf("rank %d: failed after %.2f s: %s\n", comm.rank(), s, text.c_str());
+    std::fflush(stdout);
+    // Stay a moment, as a real job's ranks do while they report: a survivor that exits at once
+    // closes its connections, and over UCX a peer can see that close before the failure notice
+    // sent just before it, and then name this rank instead of the killed one.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     if (text.find("rank " + std::to_string(victim)) == std::string::npos) {
       std::fprintf(stderr, "rank %d: the error does not name rank %d\n", comm.rank(), victim);
       return 1;
