@@ -597,81 +597,64 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd() {
 }
 SHIM_ALIAS(ncclGroupEnd)
 
-// Gather and scatter as NCCL 2.28 defines them: root receives (sends) `count` elements per rank,
-// in rank order; built from grouped sends and receives, the root's own block copied.
-SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
-                                    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  START
-  CHECK_HOST("ncclGather", stream, sendbuff, recvbuff);
+// Gather and scatter as NCCL 2.28 defines them: the root receives (sends) `count` elements per
+// rank, in rank order; built from grouped sends and receives, the root's own block copied once the
+// caller's outermost group has run. `many` is the root's buffer of n blocks (gather's recvbuff,
+// scatter's sendbuff), `one` every rank's own block (gather's sendbuff, scatter's recvbuff).
+static ncclResult_t rooted(const char* call, bool toRoot, void* one, void* many, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm) {
   int rank = 0, n = 0;
   chorusResult_t r = chorusCommUserRank(toChorus(comm), &rank);
   if (r == chorusSuccess) r = chorusCommCount(toChorus(comm), &n);
   if (r != chorusSuccess) return fromChorus(r);
   if (root < 0 || root >= n)
-    return refuse(ncclInvalidArgument,
-                  "ncclGather: root " + std::to_string(root) + " of " + std::to_string(n) + " ranks");
+    return refuse(ncclInvalidArgument, std::string(call) + ": root " + std::to_string(root) + " of " +
+                                           std::to_string(n) + " ranks");
   const size_t bytes = count * typeSize(datatype);
-  if (count > 0 && (sendbuff == nullptr || (rank == root && recvbuff == nullptr)))
-    return refuse(ncclInvalidArgument, "ncclGather: NULL buffer on rank " + std::to_string(rank));
+  if (count > 0 && (one == nullptr || (rank == root && many == nullptr)))
+    return refuse(ncclInvalidArgument, std::string(call) + ": NULL buffer on rank " + std::to_string(rank));
+  char* blocks = static_cast<char*>(many);
   chorusGroupStart();
   chorusResult_t first = chorusSuccess;
   if (rank == root) {
-    for (int p = 0; p < n; ++p) {
+    for (int p = 0; p < n && first == chorusSuccess; ++p) {
       if (p == rank) continue;
-      const chorusResult_t e = chorusRecv(static_cast<char*>(recvbuff) + p * bytes, count, CT(datatype), p,
-                                          toChorus(comm), nullptr);
-      if (first == chorusSuccess) first = e;
+      first = toRoot ? chorusRecv(blocks + p * bytes, count, CT(datatype), p, toChorus(comm), nullptr)
+                     : chorusSend(blocks + p * bytes, count, CT(datatype), p, toChorus(comm), nullptr);
     }
   } else {
-    first = chorusSend(sendbuff, count, CT(datatype), root, toChorus(comm), nullptr);
+    first = toRoot ? chorusSend(one, count, CT(datatype), root, toChorus(comm), nullptr)
+                   : chorusRecv(one, count, CT(datatype), root, toChorus(comm), nullptr);
   }
   const chorusResult_t end = chorusGroupEnd();
   if (first != chorusSuccess) return fromChorus(first);
   if (end != chorusSuccess) return fromChorus(end);
-  if (rank == root && bytes > 0 && static_cast<char*>(recvbuff) + rank * bytes != sendbuff) {
-    char* dst = static_cast<char*>(recvbuff) + rank * bytes;
-    afterGroup([dst, sendbuff, bytes] { std::memmove(dst, sendbuff, bytes); });
+  if (rank == root && bytes > 0 && blocks + rank * bytes != one) {
+    char* mine = blocks + rank * bytes;
+    if (toRoot)
+      afterGroup([mine, one, bytes] { std::memmove(mine, one, bytes); });
+    else
+      afterGroup([mine, one, bytes] { std::memmove(one, mine, bytes); });
   }
   return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  START
+  CHECK_HOST("ncclGather", stream, sendbuff, recvbuff);
+  return rooted("ncclGather", true, const_cast<void*>(sendbuff), recvbuff, count, datatype, root, comm);
   END
 }
 SHIM_ALIAS(ncclGather)
 
+// The sendbuff is only read (const_cast to share rooted()).
 SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
   START
   CHECK_HOST("ncclScatter", stream, sendbuff, recvbuff);
-  int rank = 0, n = 0;
-  chorusResult_t r = chorusCommUserRank(toChorus(comm), &rank);
-  if (r == chorusSuccess) r = chorusCommCount(toChorus(comm), &n);
-  if (r != chorusSuccess) return fromChorus(r);
-  if (root < 0 || root >= n)
-    return refuse(ncclInvalidArgument,
-                  "ncclScatter: root " + std::to_string(root) + " of " + std::to_string(n) + " ranks");
-  const size_t bytes = count * typeSize(datatype);
-  if (count > 0 && (recvbuff == nullptr || (rank == root && sendbuff == nullptr)))
-    return refuse(ncclInvalidArgument, "ncclScatter: NULL buffer on rank " + std::to_string(rank));
-  chorusGroupStart();
-  chorusResult_t first = chorusSuccess;
-  if (rank == root) {
-    for (int p = 0; p < n; ++p) {
-      if (p == rank) continue;
-      const chorusResult_t e = chorusSend(static_cast<const char*>(sendbuff) + p * bytes, count, CT(datatype),
-                                          p, toChorus(comm), nullptr);
-      if (first == chorusSuccess) first = e;
-    }
-  } else {
-    first = chorusRecv(recvbuff, count, CT(datatype), root, toChorus(comm), nullptr);
-  }
-  const chorusResult_t end = chorusGroupEnd();
-  if (first != chorusSuccess) return fromChorus(first);
-  if (end != chorusSuccess) return fromChorus(end);
-  if (rank == root && bytes > 0 && static_cast<const char*>(sendbuff) + rank * bytes != recvbuff) {
-    const char* src = static_cast<const char*>(sendbuff) + rank * bytes;
-    afterGroup([recvbuff, src, bytes] { std::memmove(recvbuff, src, bytes); });
-  }
-  return ncclSuccess;
+  return rooted("ncclScatter", false, recvbuff, const_cast<void*>(sendbuff), count, datatype, root, comm);
   END
 }
 SHIM_ALIAS(ncclScatter)
