@@ -9,6 +9,7 @@
 #include "chorus/chorus.h"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/group.hpp"
 #include "transports/shm/shm_memory.hpp"
@@ -45,13 +46,6 @@ std::shared_ptr<CommImpl> lookup(const chorusComm* comm, const char* call) {
   return comm->impl;
 }
 
-void noStream(void* stream, const char* call) {
-  if (stream != nullptr) {
-    fail(chorusInvalidArgument,
-         strCat(call, ": stream must be NULL for host buffers (this build has no CUDA support)"));
-  }
-}
-
 // Runs `body`, turning exceptions into result codes and recording the message.
 template <typename F>
 chorusResult_t guarded(const chorusComm* comm, F&& body) {
@@ -82,11 +76,17 @@ chorusResult_t guarded(const chorusComm* comm, F&& body) {
 DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
 ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
 
+// A NULL stream: host buffers, run to completion (or queued in the current group). Otherwise
+// device buffers, enqueued on the stream (core/device.hpp).
+void dispatch(std::shared_ptr<CommImpl> impl, void* stream, Op op) {
+  if (stream != nullptr)
+    device::enqueue(impl, std::move(op), stream);
+  else
+    api::runBlocking(impl, std::move(op));
+}
+
 chorusResult_t collective(chorusComm_t comm, void* stream, const char* call, Op op) {
-  return guarded(comm, [&] {
-    noStream(stream, call);
-    api::runBlocking(lookup(comm, call), std::move(op));
-  });
+  return guarded(comm, [&] { dispatch(lookup(comm, call), stream, std::move(op)); });
 }
 
 }  // namespace
@@ -245,7 +245,13 @@ chorusResult_t chorusCommSetTimeout(chorusComm_t comm, double seconds) {
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
   return guarded(comm, [&] {
     if (!asyncError) failInvalid("chorusCommGetAsyncError: asyncError is NULL");
-    *asyncError = lookup(comm, "chorusCommGetAsyncError")->asyncError();
+    auto impl = lookup(comm, "chorusCommGetAsyncError");
+    *asyncError = impl->asyncError();
+    std::string text;
+    if (*asyncError == chorusSuccess) {
+      *asyncError = device::asyncError(*impl, &text);
+      if (*asyncError != chorusSuccess) impl->setLastError(text);
+    }
   });
 }
 
@@ -308,7 +314,6 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, c
                                void* recvbuff, const size_t* recvcounts, const size_t* rdispls,
                                chorusDataType_t datatype, chorusComm_t comm, void* stream) {
   return guarded(comm, [&] {
-    noStream(stream, "chorusAllToAllv");
     auto impl = lookup(comm, "chorusAllToAllv");
     if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
       failInvalid("chorusAllToAllv: counts and displacements must not be NULL");
@@ -319,7 +324,7 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, c
     op.sendDispls.assign(sdispls, sdispls + n);
     op.recvCounts.assign(recvcounts, recvcounts + n);
     op.recvDispls.assign(rdispls, rdispls + n);
-    api::runBlocking(impl, std::move(op));
+    dispatch(impl, stream, std::move(op));
   });
 }
 

@@ -299,8 +299,17 @@ void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
   if (net_) net_->publishFailure(message);
 }
 
+void CommImpl::setAbortHook(std::function<void()> hook) {
+  std::lock_guard lk(hookMu_);
+  abortHook_ = std::move(hook);
+}
+
 void CommImpl::abort() {
   abortRequested_.store(true);
+  {
+    std::lock_guard lk(hookMu_);
+    if (abortHook_) abortHook_();
+  }
   markFailed(chorusRemoteError, strCat("rank ", rank_, " aborted the communicator"));
 }
 

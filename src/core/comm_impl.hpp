@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,12 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// Throws when the communicator is broken or aborted.
   void checkUsable() const;
   size_t memoryBytes() const;
+  /// State of the device-buffer calls (core/device.hpp), made on their first use; guard with
+  /// deviceMutex(). Destroyed with the communicator.
+  std::shared_ptr<void>& deviceState() { return deviceState_; }
+  std::mutex& deviceMutex() { return deviceMu_; }
+  /// Run by abort(), e.g. to stop device kernels that wait for peers. Thread-safe.
+  void setAbortHook(std::function<void()> hook);
   const Config& config() const { return config_; }
   /// Hosts, rank placement and link classes, found at creation (src/topology).
   const topo::CommTopology& topology() const override { return *topology_; }
@@ -211,6 +218,11 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::string failMessage_;
   std::string lastError_;
   std::atomic<size_t> scratchBytes_{0};
+
+  std::mutex deviceMu_;
+  std::shared_ptr<void> deviceState_;
+  std::mutex hookMu_;
+  std::function<void()> abortHook_;
 };
 
 }  // namespace chorus

@@ -113,6 +113,24 @@ EnvConfig readEnv() {
       c.shmFifoBytes = *b;
     }
   }
+  // CHORUS_CUDA_STAGE_BYTES: device stage per rank for device buffers over CUDA IPC (default 8M,
+  // 64K to 1G; rank 0's value holds). CHORUS_CUDA_LL_BYTES: largest LL allreduce (default 64K, max 1M).
+  if (const char* v = std::getenv("CHORUS_CUDA_STAGE_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30)) {
+      note(strCat("CHORUS_CUDA_STAGE_BYTES='", v, "' must be a size between 64K and 1G"));
+    } else {
+      c.cudaStageBytes = *b;
+    }
+  }
+  if (const char* v = std::getenv("CHORUS_CUDA_LL_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b > (size_t{1} << 20)) {
+      note(strCat("CHORUS_CUDA_LL_BYTES='", v, "' must be a size of at most 1M (0 turns LL off)"));
+    } else {
+      c.cudaLlBytes = *b;
+    }
+  }
   // CHORUS_NT_STORE_BYTES: outputs of at least this many bytes per rank bypass the cache when the
   // direct algorithms write them (default 4M; "inf" never).
   if (const char* v = std::getenv("CHORUS_NT_STORE_BYTES")) {

@@ -37,6 +37,10 @@ struct EnvConfig {
   std::string ibHca;
   int ibPort = 1;
   int ibGidIndex = 0;
+  /// Device buffers over CUDA IPC: bytes of each rank's stage (two halves, each with a result area
+  /// as large) and the largest allreduce sent with the LL protocol.
+  size_t cudaStageBytes = size_t{8} << 20;
+  size_t cudaLlBytes = size_t{64} << 10;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

@@ -11,13 +11,19 @@ namespace {
 struct State {
   int depth = 0;
   std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops;
+  std::vector<std::function<void()>> deferred;
 };
 thread_local State tState;
 }  // namespace
 
+// The operations of one outermost group, run together.
+void runGroup(std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops);
+
 bool active() { return tState.depth > 0; }
 
 void add(std::shared_ptr<CommImpl> comm, Op op) { tState.ops.emplace_back(std::move(comm), std::move(op)); }
+
+void defer(std::function<void()> fn) { tState.deferred.push_back(std::move(fn)); }
 
 void start() { ++tState.depth; }
 
@@ -26,6 +32,13 @@ void end() {
   if (--tState.depth > 0) return;
   auto ops = std::move(tState.ops);
   tState.ops.clear();
+  auto deferred = std::move(tState.deferred);
+  tState.deferred.clear();
+  runGroup(std::move(ops));
+  for (auto& fn : deferred) fn();
+}
+
+void runGroup(std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops) {
   // Per communicator, in the order of first use.
   std::vector<std::pair<std::shared_ptr<CommImpl>, std::vector<Op>>> perComm;
   for (auto& [comm, op] : ops) {

@@ -1,6 +1,7 @@
 // Group calls: operations issued between groupStart and groupEnd on one thread run together.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "core/op.hpp"
@@ -14,6 +15,9 @@ namespace group {
 bool active();
 /// Queues a validated operation for the current group.
 void add(std::shared_ptr<CommImpl> comm, Op op);
+/// Runs `fn` once the current group's operations have completed (not if they failed), e.g. to copy
+/// staged results back to device memory.
+void defer(std::function<void()> fn);
 void start();
 /// Runs the group at the outermost end; throws the first failure (after all finished).
 void end();

@@ -1,0 +1,330 @@
+// Device-buffer collectives over CUDA IPC (ipc_collectives.hpp; layout and plans in ipc_layout.hpp,
+// each thread's data movement in ipc_steps.hpp, which the host tests emulate).
+//
+// Simple protocol, per piece: copy the input into this rank's stage; per-block barrier with the same
+// block of every peer; read the peers' stages (allreduce: reduce slice `rank`, publish it in the
+// result area, barrier, gather every slice from its owner). Every phase maps position w of a slice
+// to block (w / kThreads) % blocks, so a block only ever reads what the same block of each peer
+// wrote before the barrier, and a per-block barrier is enough.
+// LL protocol (small allreduces): each rank writes 16-byte lines {data, flag, data, flag} into
+// every peer's slot for it and polls its own slots; no barrier.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "ipc_collectives.hpp"
+#include "reduce_ops.cuh"
+
+namespace chorus::kernels::cuda::ipc {
+
+namespace {
+
+using namespace ops;
+
+struct Args {
+  StepArgs step;
+  int op;
+  int divisor;
+  const volatile uint32_t* abortFlag;
+  volatile uint32_t* errorWord;
+  uint64_t timeoutNs;
+};
+
+__device__ __forceinline__ uint64_t nowNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void report(const Args& a, uint32_t why, int peer) {
+  if (*a.errorWord == 0) *a.errorWord = (why << 16) | static_cast<uint32_t>(peer + 1);
+}
+
+// Every 1024 polls: false (and the failure reported) once aborted or past the deadline.
+__device__ __forceinline__ bool stillWaiting(const Args& a, uint32_t& spins, uint64_t start, int peer) {
+  if (++spins % 1024 != 0) return true;
+  if (*a.abortFlag != 0) {
+    report(a, kErrAborted, peer);
+    return false;
+  }
+  if (nowNs() - start > a.timeoutNs) {
+    report(a, kErrTimeout, peer);
+    return false;
+  }
+  return true;
+}
+
+__device__ __forceinline__ Signals* signalsOf(const Args& a, int r) {
+  return reinterpret_cast<Signals*>(a.step.ws[r]);
+}
+
+// Barrier `k` of kernel `seq` between block blockIdx.x of every rank. Thread t < nranks signals
+// peer t and waits for it. False (for every thread of the block) once any wait failed.
+__device__ bool barrier(const Args& a, int& failed, uint32_t seq, uint32_t& k) {
+  const uint64_t v = barrierValue(seq, k++);
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  const int me = a.step.rank;
+  if (t < a.step.nranks && !failed) {
+    __threadfence_system();  // this block's writes (seen through __syncthreads) before the flag
+    volatile uint64_t* theirs = &signalsOf(a, t)->flag[blockIdx.x][me];
+    *theirs = v;
+    const volatile uint64_t* mine = &signalsOf(a, me)->flag[blockIdx.x][t];
+    uint32_t spins = 0;
+    const uint64_t start = nowNs();
+    while (*mine < v) {
+      if (!stillWaiting(a, spins, start, t)) {
+        failed = 1;
+        break;
+      }
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+  return !failed;
+}
+
+// The number of this kernel on this rank's workspace (read by every block before any finishes).
+__device__ __forceinline__ uint32_t kernelSeq(const Args& a) {
+  __shared__ uint32_t sSeq;
+  if (threadIdx.x == 0) sSeq = *reinterpret_cast<volatile uint32_t*>(&signalsOf(a, a.step.rank)->seq);
+  __syncthreads();
+  return sSeq;
+}
+
+// The last block to finish numbers the next kernel on this workspace.
+__device__ void finish(const Args& a, uint32_t seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Signals* self = signalsOf(a, a.step.rank);
+    __threadfence();
+    if (atomicAdd(&self->done, 1u) == gridDim.x - 1) {
+      atomicExch(&self->done, 0u);
+      atomicExch(&self->seq, seq + 1);
+      __threadfence();
+    }
+  }
+}
+
+__device__ __forceinline__ bool aligned(const void* p, uintptr_t m) {
+  return (reinterpret_cast<uintptr_t>(p) & (m - 1)) == 0;
+}
+
+__device__ __forceinline__ uint4 asU4(const Vec16& v) { return make_uint4(v.u[0], v.u[1], v.u[2], v.u[3]); }
+__device__ __forceinline__ Vec16 asVec(const uint4& v) { return Vec16{{v.x, v.y, v.z, v.w}}; }
+
+template <typename T>
+union Pk {
+  static constexpr int kN = 16 / sizeof(T);
+  uint4 raw;
+  T v[kN];
+};
+
+// Element-wise reduction of n packs, in rank order (as the CPU kernels and the tests' reference).
+template <typename T, typename Op, bool kDiv>
+__device__ __forceinline__ Vec16 reduceAs(const Vec16* in, int n, int divisor) {
+  using E = Elem<T>;
+  constexpr int kN = Pk<T>::kN;
+  Pk<T> p;
+  p.raw = asU4(in[0]);
+  typename E::Acc acc[kN];
+#pragma unroll
+  for (int e = 0; e < kN; ++e) acc[e] = E::load(p.v[e]);
+  for (int k = 1; k < n; ++k) {
+    p.raw = asU4(in[k]);
+#pragma unroll
+    for (int e = 0; e < kN; ++e) acc[e] = Op::apply(acc[e], E::load(p.v[e]));
+  }
+  Pk<T> out;
+#pragma unroll
+  for (int e = 0; e < kN; ++e) {
+    typename E::Acc x = acc[e];
+    if constexpr (kDiv) x = divide(x, divisor);
+    out.v[e] = E::store(x);
+  }
+  return asVec(out.raw);
+}
+
+// The memory operations of ipc_steps.hpp on the device. Peers' memory is read through L2 only
+// (__ldcg), so that no block sees a line an earlier phase cached in L1.
+template <typename T>
+struct DeviceMemOps {
+  const Args& a;
+
+  __device__ void copy(Byte* dst, const Byte* src, size_t n) {
+    if (n == kPack && aligned(dst, 16) && aligned(src, 16)) {
+      *reinterpret_cast<uint4*>(dst) = __ldcg(reinterpret_cast<const uint4*>(src));
+    } else if (n == 8 && aligned(dst, 8) && aligned(src, 8)) {
+      *reinterpret_cast<uint2*>(dst) = __ldcg(reinterpret_cast<const uint2*>(src));
+    } else {
+      for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+    }
+  }
+  __device__ Vec16 load(const Byte* src) { return asVec(__ldcg(reinterpret_cast<const uint4*>(src))); }
+  __device__ void store(Byte* dst, const Vec16& v, size_t n) {
+    if (n == kPack && aligned(dst, 16)) {
+      *reinterpret_cast<uint4*>(dst) = asU4(v);
+    } else if (n == 8 && aligned(dst, 8)) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(v.u[0], v.u[1]);
+    } else {
+      const Byte* b = reinterpret_cast<const Byte*>(&v);
+      for (size_t i = 0; i < n; ++i) dst[i] = b[i];
+    }
+  }
+  __device__ Vec16 reduce(const Vec16* in, int n) {
+    switch (static_cast<ReduceOp>(a.op)) {
+      case ReduceOp::Prod:
+        return reduceAs<T, OpProd, false>(in, n, a.divisor);
+      case ReduceOp::Max:
+        return reduceAs<T, OpMax, false>(in, n, a.divisor);
+      case ReduceOp::Min:
+        return reduceAs<T, OpMin, false>(in, n, a.divisor);
+      case ReduceOp::Avg:
+        return reduceAs<T, OpSum, true>(in, n, a.divisor);
+      default:
+        return reduceAs<T, OpSum, false>(in, n, a.divisor);
+    }
+  }
+  __device__ void storeLine(Byte* dst, const Vec16& v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(dst), "r"(v.u[0]), "r"(v.u[1]),
+                 "r"(v.u[2]), "r"(v.u[3])
+                 : "memory");
+  }
+  __device__ Vec16 loadLine(const Byte* src) {
+    Vec16 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.u[0]), "=r"(v.u[1]), "=r"(v.u[2]), "=r"(v.u[3])
+                 : "l"(src)
+                 : "memory");
+    return v;
+  }
+  __device__ bool pollLine(const Byte* src, uint32_t flag, int peer, Vec16* line) {
+    *line = loadLine(src);
+    uint32_t spins = 0;
+    const uint64_t start = nowNs();
+    while (line->u[1] != flag || line->u[3] != flag) {
+      if (!stillWaiting(a, spins, start, peer)) return false;
+      *line = loadLine(src);
+    }
+    return true;
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) simpleKernel(Args a) {
+  __shared__ int sFailed;
+  if (threadIdx.x == 0) sFailed = 0;
+  const uint32_t seq = kernelSeq(a);  // synchronizes the block
+  const int half = static_cast<int>(seq & 1);
+  uint32_t k = 0;
+  const StepArgs& s = a.step;
+  const size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const size_t n = static_cast<size_t>(gridDim.x) * kThreads;
+  DeviceMemOps<T> m{a};
+  for (size_t p = 0; p < s.plan.pieces; ++p) {
+    simpleCopyIn(s, half, p, i, n, m);
+    if (!barrier(a, sFailed, seq, k)) break;
+    simpleRead(s, half, p, i, n, m);
+    if (s.kind == Kind::AllReduce) {
+      if (!barrier(a, sFailed, seq, k)) break;
+      simpleGather(s, half, p, i, n, m);
+    }
+    // The next piece overwrites the stages (the next kernel uses the other half).
+    if (p + 1 < s.plan.pieces && !barrier(a, sFailed, seq, k)) break;
+  }
+  finish(a, seq);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) llKernel(Args a) {
+  const uint32_t seq = kernelSeq(a);
+  const size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const size_t n = static_cast<size_t>(gridDim.x) * kThreads;
+  DeviceMemOps<T> m{a};
+  llWrite(a.step, static_cast<int>(seq & 1), llFlag(seq), i, n, m);
+  (void)llRead(a.step, static_cast<int>(seq & 1), llFlag(seq), i, n, m);  // a failure is reported
+  finish(a, seq);
+}
+
+template <typename T>
+void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
+  if (ll)
+    llKernel<T><<<blocks, kThreads, 0, stream>>>(a);
+  else
+    simpleKernel<T><<<blocks, kThreads, 0, stream>>>(a);
+}
+
+}  // namespace
+
+const char* protocolOf(const Call& c, int* blocks) {
+  const size_t bytes = c.count * dataTypeSize(c.type);
+  const bool ll = usesLL(c.kind, bytes, c.llMaxBytes, c.layout);
+  if (blocks)
+    *blocks = ll ? llBlocks(bytes, c.maxBlocks)
+                 : planFor(c.kind, bytes, c.nranks, c.layout.stageBytes, c.maxBlocks).blocks;
+  return ll ? "LL" : "Simple";
+}
+
+void launch(const Call& c, void* streamv) {
+  const size_t elem = dataTypeSize(c.type);
+  Args a{};
+  for (int r = 0; r < kMaxRanks; ++r) a.step.ws[r] = static_cast<Byte*>(c.ws[r]);
+  a.step.send = static_cast<const Byte*>(c.send);
+  a.step.recv = static_cast<Byte*>(c.recv);
+  a.step.layout = c.layout;
+  a.step.plan = planFor(c.kind, c.count * elem, c.nranks, c.layout.stageBytes, c.maxBlocks);
+  a.step.bytes = c.count * elem;
+  a.step.rank = c.rank;
+  a.step.nranks = c.nranks;
+  a.step.root = c.root;
+  a.step.kind = c.kind;
+  a.op = static_cast<int>(c.op);
+  a.divisor = c.nranks;
+  a.abortFlag = c.abortFlag;
+  a.errorWord = c.errorWord;
+  a.timeoutNs = c.timeoutNs;
+  const bool ll = usesLL(c.kind, a.step.bytes, c.llMaxBytes, c.layout);
+  const int blocks = ll ? llBlocks(a.step.bytes, c.maxBlocks) : a.step.plan.blocks;
+  auto stream = static_cast<cudaStream_t>(streamv);
+  (void)cudaGetLastError();  // an error an earlier call left behind is not this launch's
+  switch (c.type) {
+    case DataType::Int8:
+      launchAs<int8_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Uint8:
+      launchAs<uint8_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Int32:
+      launchAs<int32_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Uint32:
+      launchAs<uint32_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Int64:
+      launchAs<int64_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Uint64:
+      launchAs<uint64_t>(a, ll, blocks, stream);
+      break;
+    case DataType::Float16:
+      launchAs<__half>(a, ll, blocks, stream);
+      break;
+    case DataType::BFloat16:
+      launchAs<__nv_bfloat16>(a, ll, blocks, stream);
+      break;
+    case DataType::Float32:
+      launchAs<float>(a, ll, blocks, stream);
+      break;
+    case DataType::Float64:
+      launchAs<double>(a, ll, blocks, stream);
+      break;
+    default:
+      throw Error(chorusInvalidArgument,
+                  "device collective: unknown data type " + std::to_string(static_cast<int>(c.type)));
+  }
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    throw Error(chorusUnhandledCudaError, std::string("device collective kernel launch: ") +
+                                              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace chorus::kernels::cuda::ipc

@@ -1,0 +1,47 @@
+// Device-buffer collectives over CUDA IPC: one kernel per call, enqueued on the caller's stream,
+// reading and writing the peers' workspaces (ipc_layout.hpp) directly. Internal to libchorus;
+// includes no CUDA header (streams are void*, a cudaStream_t).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "chorus/chorus.hpp"
+#include "ipc_steps.hpp"
+
+namespace chorus::kernels::cuda::ipc {
+
+/// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
+inline constexpr uint32_t kErrTimeout = 1;
+inline constexpr uint32_t kErrAborted = 2;
+
+struct Call {
+  Kind kind = Kind::AllReduce;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  /// Elements, as the API counts them: per rank for ReduceScatter (recv) and AllGather (send).
+  size_t count = 0;
+  int rank = 0;
+  int nranks = 1;
+  /// Every rank's workspace as mapped in this process (ws[rank] is this rank's own).
+  void* ws[kMaxRanks] = {};
+  Layout layout;
+  int maxBlocks = kMaxBlocks;
+  /// Allreduces of at most this many bytes use LL (and at most layout.llBytes).
+  size_t llMaxBytes = 0;
+  /// Device addresses of host-mapped words: set to non-zero to stop the kernels; the first failure.
+  const volatile uint32_t* abortFlag = nullptr;
+  volatile uint32_t* errorWord = nullptr;
+  uint64_t timeoutNs = 0;
+};
+
+/// Which protocol a call takes ("LL" or "Simple") and its grid, as launch() would choose.
+const char* protocolOf(const Call& c, int* blocks = nullptr);
+
+/// Enqueues the call on `stream`; throws chorus::Error when the launch fails. count must be > 0.
+void launch(const Call& c, void* stream);
+
+}  // namespace chorus::kernels::cuda::ipc

@@ -1,0 +1,162 @@
+// The data movement of the IPC collectives (ipc_collectives.cu), one thread's share of each phase,
+// written once for the device kernels and for the host emulation that the tests run on machines
+// without a GPU (tests/unit/kernels/test_ipc_steps.cpp). No CUDA header.
+//
+// `M` supplies the memory operations and the reduction:
+//   void copy(Byte* dst, const Byte* src, size_t n)     n <= kPack bytes
+//   Vec16 load(const Byte* src)                          16 aligned bytes
+//   void store(Byte* dst, const Vec16& v, size_t n)      the first n <= kPack bytes of v
+//   Vec16 reduce(const Vec16* in, int n)                 element-wise, in rank order
+//   void storeLine(Byte* dst, const Vec16& line)         one LL line, as one 16-byte store
+//   bool pollLine(const Byte* src, uint32_t flag, int peer, Vec16* line)   false: timed out
+// Thread i of n threads (i = block * kThreads + thread) handles the packs w = i, i + n, ... of
+// every slice, so position w is always handled by block (w / kThreads) % blocks: what a block
+// reads after a barrier was written before it by the same block of the writer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ipc_layout.hpp"
+
+namespace chorus::kernels::cuda::ipc {
+
+enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+
+using Byte = unsigned char;
+struct alignas(16) Vec16 {
+  uint32_t u[4];
+};
+
+struct StepArgs {
+  Byte* ws[kMaxRanks];  // every rank's workspace as mapped here
+  const Byte* send;
+  Byte* recv;
+  Layout layout;
+  Plan plan;     // Simple
+  size_t bytes;  // LL: message bytes
+  int rank;
+  int nranks;
+  int root;
+  Kind kind;
+};
+
+/// The Simple plan of a call moving `bytes` per slice (allreduce: the whole message).
+CHORUS_HD inline Plan planFor(Kind kind, size_t bytes, int nranks, size_t stageBytes, int maxBlocks) {
+  switch (kind) {
+    case Kind::AllReduce:
+      return planAllReduce(bytes, nranks, stageBytes, maxBlocks);
+    case Kind::ReduceScatter:
+      return planSimple(nranks, bytes, bytes * static_cast<size_t>(nranks), stageBytes, maxBlocks);
+    default:
+      return planSimple(1, bytes, bytes, stageBytes, maxBlocks);
+  }
+}
+
+/// Whether an allreduce of `bytes` takes LL.
+CHORUS_HD inline bool usesLL(Kind kind, size_t bytes, size_t llMaxBytes, const Layout& layout) {
+  return kind == Kind::AllReduce && bytes <= llMaxBytes && bytes <= layout.llBytes;
+}
+
+CHORUS_HD inline Byte* stageOf(const StepArgs& a, int r, int half) { return a.ws[r] + a.layout.stage(half); }
+CHORUS_HD inline Byte* resultOf(const StepArgs& a, int r, int half) {
+  return a.ws[r] + a.layout.result(half);
+}
+CHORUS_HD inline size_t atMost(size_t x, size_t cap) { return x < cap ? x : cap; }
+
+/// Simple, phase 1 of piece p: this rank's input into its stage (slice s at s * pieceLen).
+template <typename M>
+CHORUS_HD void simpleCopyIn(const StepArgs& a, int half, size_t p, size_t i, size_t n, M& m) {
+  if (a.kind == Kind::Broadcast && a.rank != a.root) return;
+  const size_t off = p * a.plan.pieceLen;
+  for (int s = 0; s < a.plan.slices; ++s) {
+    const size_t len = a.plan.len(s, p);
+    const Byte* src = a.send + static_cast<size_t>(s) * a.plan.sliceLen + off;
+    Byte* dst = stageOf(a, a.rank, half) + static_cast<size_t>(s) * a.plan.pieceLen;
+    for (size_t w = i; w * kPack < len; w += n) {
+      const size_t o = w * kPack;
+      m.copy(dst + o, src + o, atMost(len - o, kPack));
+    }
+  }
+}
+
+/// Simple, phase 2 (after a barrier): reduce this rank's slice (allreduce: into its result area;
+/// reduce-scatter, and reduce on the root: into recv), or copy the peers' stages out.
+template <typename M>
+CHORUS_HD void simpleRead(const StepArgs& a, int half, size_t p, size_t i, size_t n, M& m) {
+  const size_t off = p * a.plan.pieceLen;
+  const bool reduces = a.kind == Kind::AllReduce || a.kind == Kind::ReduceScatter ||
+                       (a.kind == Kind::Reduce && a.rank == a.root);
+  if (reduces) {
+    const int s = a.kind == Kind::Reduce ? 0 : a.rank;
+    const size_t len = a.plan.len(s, p);
+    for (size_t w = i; w * kPack < len; w += n) {
+      const size_t o = static_cast<size_t>(s) * a.plan.pieceLen + w * kPack;
+      Vec16 in[kMaxRanks];
+      for (int r = 0; r < a.nranks; ++r) in[r] = m.load(stageOf(a, r, half) + o);
+      const Vec16 v = m.reduce(in, a.nranks);
+      if (a.kind == Kind::AllReduce)
+        m.store(resultOf(a, a.rank, half) + w * kPack, v, kPack);
+      else
+        m.store(a.recv + off + w * kPack, v, atMost(len - w * kPack, kPack));
+    }
+  } else if (a.kind == Kind::AllGather || a.kind == Kind::Broadcast) {
+    const size_t len = a.plan.len(0, p);
+    const int from = a.kind == Kind::Broadcast ? a.root : 0;
+    const int to = a.kind == Kind::Broadcast ? a.root + 1 : a.nranks;
+    for (int r = from; r < to; ++r) {
+      Byte* dst = a.recv + (a.kind == Kind::AllGather ? static_cast<size_t>(r) * a.plan.sliceLen : 0) + off;
+      for (size_t w = i; w * kPack < len; w += n) {
+        const size_t o = w * kPack;
+        m.copy(dst + o, stageOf(a, r, half) + o, atMost(len - o, kPack));
+      }
+    }
+  }
+}
+
+/// Simple, phase 3 of an allreduce (after a barrier): every slice from the rank that reduced it.
+template <typename M>
+CHORUS_HD void simpleGather(const StepArgs& a, int half, size_t p, size_t i, size_t n, M& m) {
+  const size_t off = p * a.plan.pieceLen;
+  for (int s = 0; s < a.nranks; ++s) {
+    const size_t len = a.plan.len(s, p);
+    Byte* dst = a.recv + static_cast<size_t>(s) * a.plan.sliceLen + off;
+    for (size_t w = i; w * kPack < len; w += n) {
+      const size_t o = w * kPack;
+      m.copy(dst + o, resultOf(a, s, half) + o, atMost(len - o, kPack));
+    }
+  }
+}
+
+/// LL allreduce, part 1: this rank's lines {data, flag, data, flag} into every rank's slot for it.
+template <typename M>
+CHORUS_HD void llWrite(const StepArgs& a, int parity, uint32_t flag, size_t i, size_t n, M& m) {
+  const size_t lines = ceilDiv(a.bytes, kLineData);
+  for (size_t l = i; l < lines; l += n) {
+    Vec16 d{};
+    m.copy(reinterpret_cast<Byte*>(&d), a.send + l * kLineData, atMost(a.bytes - l * kLineData, kLineData));
+    const Vec16 line{{d.u[0], flag, d.u[1], flag}};
+    for (int r = 0; r < a.nranks; ++r)
+      m.storeLine(a.ws[r] + a.layout.llSlot(parity, a.rank) + l * kLine, line);
+  }
+}
+
+/// LL allreduce, part 2: poll this rank's slots until every source's line carries `flag`, reduce,
+/// store. False when a wait failed.
+template <typename M>
+CHORUS_HD bool llRead(const StepArgs& a, int parity, uint32_t flag, size_t i, size_t n, M& m) {
+  const size_t lines = ceilDiv(a.bytes, kLineData);
+  for (size_t l = i; l < lines; l += n) {
+    Vec16 in[kMaxRanks];
+    for (int r = 0; r < a.nranks; ++r) {
+      Vec16 line;
+      if (!m.pollLine(a.ws[a.rank] + a.layout.llSlot(parity, r) + l * kLine, flag, r, &line)) return false;
+      in[r] = Vec16{{line.u[0], line.u[2], 0, 0}};
+    }
+    const Vec16 v = m.reduce(in, a.nranks);
+    m.store(a.recv + l * kLineData, v, atMost(a.bytes - l * kLineData, kLineData));
+  }
+  return true;
+}
+
+}  // namespace chorus::kernels::cuda::ipc

@@ -1,0 +1,31 @@
+// Calls on device buffers (a non-NULL stream). Implemented in kernels/cuda/device_comm.cpp where
+// CUDA is built, and in core/device_none.cpp (every call refused) where it is not, so that the core
+// never includes a CUDA header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "chorus/chorus.hpp"
+#include "core/op.hpp"
+
+namespace chorus {
+
+class CommImpl;
+
+namespace device {
+
+/// True when this build can run device-buffer calls (a GPU may still be missing at run time).
+bool built();
+
+/// Runs `op` (validated by the caller) on `stream`, a cudaStream_t: collectives of device buffers
+/// whose ranks share a host are enqueued as one kernel and return at once; anything else is staged
+/// through pinned host memory and returns when done. Inside a group, kernels are enqueued at once and
+/// staged operations join the group. Throws chorus::Error.
+void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream);
+
+/// The failure a device kernel of `comm` reported (chorusSuccess if none); its text in `message`.
+chorusResult_t asyncError(CommImpl& comm, std::string* message);
+
+}  // namespace device
+}  // namespace chorus

@@ -1,0 +1,23 @@
+// Builds without CUDA: every device-buffer call is refused with the reason.
+#include "core/comm_impl.hpp"
+#include "core/device.hpp"
+#include "core/error.hpp"
+
+namespace chorus::device {
+
+bool built() { return false; }
+
+void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream) {
+  (void)stream;
+  fail(chorusInvalidArgument, strCat("rank ", comm->rank(), ": ", opKindName(op.kind),
+                                     ": a stream was given but this build of Chorus has no CUDA support "
+                                     "(pass a NULL stream for host buffers)"));
+}
+
+chorusResult_t asyncError(CommImpl& comm, std::string* message) {
+  (void)comm;
+  (void)message;
+  return chorusSuccess;
+}
+
+}  // namespace chorus::device
