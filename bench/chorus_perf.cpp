@@ -1,4 +1,5 @@
-// chorus-perf: nccl-tests-compatible benchmark of Chorus collectives on host memory.
+// chorus-perf: nccl-tests-compatible benchmark of Chorus collectives on host memory, or on CUDA
+// device memory with --memory cuda (each rank on device rank % devices; several ranks may share one).
 //
 //   chorus-perf <collective> [flags]          ranks from the environment (chorusrun, torchrun, ...;
 //                                             one rank without launcher variables)
@@ -36,6 +37,9 @@
 #include "chorus/chorus.hpp"
 #include "perf_coll.hpp"
 #include "perf_data.hpp"
+#if CHORUS_PERF_CUDA
+#include "cuda/cuda_kernels.hpp"
+#endif
 
 namespace chorus_perf {
 namespace {
@@ -55,6 +59,7 @@ struct Options {
   int threads = 0;  // 0: ranks from the environment
   bool json = false;
   bool memAlloc = false;
+  bool cuda = false;  // --memory cuda: device buffers, calls on a stream
   std::vector<TypeDesc> types;
   std::vector<OpDesc> ops;
 };
@@ -106,6 +111,43 @@ struct Buffer {
   char* data() const { return static_cast<char*>(mem.get()); }
 };
 
+// --memory cuda: this rank's device, buffers and stream. The host buffers stay, as the mirrors that
+// results are prepared and checked in.
+#if CHORUS_PERF_CUDA
+namespace cu = chorus::kernels::cuda;
+struct DeviceSide {
+  DeviceSide(size_t bytes, int rank) {
+    std::string why;
+    const int devices = cu::deviceCount(&why);
+    if (devices == 0) throw std::runtime_error("--memory cuda: no CUDA device (" + why + ")");
+    device = rank % devices;
+    cu::setDevice(device);
+    send = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
+    recv = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
+    stream = cu::streamCreate();
+  }
+  ~DeviceSide() {
+    cu::streamDestroy(stream);
+    cu::deviceFree(send);
+    cu::deviceFree(recv);
+  }
+  DeviceSide(const DeviceSide&) = delete;
+  DeviceSide& operator=(const DeviceSide&) = delete;
+  int device = 0;
+  char* send = nullptr;
+  char* recv = nullptr;
+  void* stream = nullptr;
+};
+#else
+struct DeviceSide {
+  DeviceSide(size_t, int) { throw std::runtime_error("--memory cuda: this build of chorus-perf has no CUDA"); }
+  int device = 0;
+  char* send = nullptr;
+  char* recv = nullptr;
+  void* stream = nullptr;
+};
+#endif
+
 // One half (out-of-place or in-place) of a table row.
 struct HalfResult {
   double timeUs = 0;
@@ -114,14 +156,22 @@ struct HalfResult {
   int64_t wrong = -1;  // -1: not checked (N/A)
 };
 
-void printHeader(chorus::Communicator& comm, const Options& o) {
+void printHeader(chorus::Communicator& comm, const Options& o, const DeviceSide* dev) {
   struct RankInfo {
     int32_t pid;
-    char host[60];
+    int32_t device;
+    char host[56];
+    char deviceName[64];
   };
-  static_assert(sizeof(RankInfo) == 64);
+  static_assert(sizeof(RankInfo) == 128);
   RankInfo mine{};
   mine.pid = static_cast<int32_t>(getpid());
+  if (dev) {
+    mine.device = dev->device;
+#if CHORUS_PERF_CUDA
+    std::snprintf(mine.deviceName, sizeof(mine.deviceName), "%s", cu::deviceName().c_str());
+#endif
+  }
   if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) std::strcpy(mine.host, "unknown");
   mine.host[sizeof(mine.host) - 1] = '\0';
   const int n = comm.size();
@@ -143,9 +193,14 @@ void printHeader(chorus::Communicator& comm, const Options& o) {
     all[r].host[sizeof(all[r].host) - 1] = '\0';
     int local = 0;  // ranks before this one on the same host: its "device"
     for (int q = 0; q < r; ++q) local += std::strcmp(all[q].host, all[r].host) == 0;
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r, 0,
-                static_cast<int>(all[r].pid), all[r].host, local,
-                o.memAlloc ? "host memory from chorusMemAlloc" : "host memory");
+    if (o.cuda) {
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cuda] %s\n", r, 0,
+                  static_cast<int>(all[r].pid), all[r].host, all[r].device, all[r].deviceName);
+    } else {
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r, 0,
+                  static_cast<int>(all[r].pid), all[r].host, local,
+                  o.memAlloc ? "host memory from chorusMemAlloc" : "host memory");
+    }
   }
   std::printf("#\n");
   std::printf("#%62s%-35s%s\n", "", "out-of-place", "in-place");
@@ -184,11 +239,12 @@ class Bench {
         o_(o),
         send_(o.maxBytes, o.memAlloc),
         recv_(o.maxBytes, o.memAlloc),
+        dev_(o.cuda ? std::make_unique<DeviceSide>(o.maxBytes, comm.rank()) : nullptr),
         printer_(comm.rank() == 0) {}
 
   // Runs every row; returns the process exit status (0, or 1 if any result was wrong).
   int run() {
-    printHeader(comm_, o_);
+    printHeader(comm_, o_, dev_.get());
     static const std::vector<OpDesc> kNoOp = {{chorus::ReduceOp::Sum, "none"}};
     const std::vector<OpDesc>& ops = collReduces(o_.coll) ? o_.ops : kNoOp;
     for (const TypeDesc& type : o_.types) {
@@ -252,12 +308,25 @@ class Bench {
   HalfResult runHalf(const Shape& shape, const TypeDesc& type, const OpDesc& op, bool inPlace) {
     const int rank = comm_.rank();
     const size_t r = static_cast<size_t>(rank);
-    char* send = send_.data();
-    char* recv = recv_.data();
+    // Offsets into the buffers (in place: into the receive buffer), the same on host and device.
+    size_t sendAt = 0, recvAt = 0;
+    bool sendInRecv = false;
     if (inPlace) {
-      send = recv_.data() + shape.sendInplaceOffset * r * type.size;
-      recv = recv_.data() + shape.recvInplaceOffset * r * type.size;
+      sendAt = shape.sendInplaceOffset * r * type.size;
+      recvAt = shape.recvInplaceOffset * r * type.size;
+      sendInRecv = true;
     }
+    char* send = (sendInRecv ? recv_.data() : send_.data()) + sendAt;
+    char* recv = recv_.data() + recvAt;
+    const void* devSend = send;
+    void* devRecv = recv;
+    chorus::CudaStream stream;
+    if (dev_) {
+      devSend = (sendInRecv ? dev_->recv : dev_->send) + sendAt;
+      devRecv = dev_->recv + recvAt;
+      stream.handle = dev_->stream;
+    }
+    auto issue = [&] { runColl(comm_, o_.coll, devSend, devRecv, shape.count, type.type, op.op, o_.root, stream); };
     HalfResult h;
     // In-place sendrecv reads and writes one buffer concurrently: timed, not checked (nccl-tests).
     const bool checkable = !(inPlace && o_.coll == Coll::SendRecv);
@@ -271,19 +340,21 @@ class Bench {
       spec.nranks = comm_.size();
       spec.shape = shape;
       prepareBuffers(spec, send, recv);
-      runColl(comm_, o_.coll, send, recv, shape.count, type.type, op.op, o_.root);
+      toDevice(shape, type);
+      issue();
+      fromDevice(shape, type);
       int64_t wrong = static_cast<int64_t>(countWrong(spec, recv));
       comm_.allReduce(&wrong, &wrong, 1, chorus::DataType::Int64, chorus::ReduceOp::Sum);
       h.wrong = wrong;
       if (wrong > 0) ++errors_;
     }
 
-    for (int i = 0; i < o_.warmup; ++i)
-      runColl(comm_, o_.coll, send, recv, shape.count, type.type, op.op, o_.root);
+    for (int i = 0; i < o_.warmup; ++i) issue();
+    waitStream();
     comm_.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < o_.iters; ++i)
-      runColl(comm_, o_.coll, send, recv, shape.count, type.type, op.op, o_.root);
+    for (int i = 0; i < o_.iters; ++i) issue();
+    waitStream();
     const auto stop = std::chrono::steady_clock::now();
     double us = std::chrono::duration<double, std::micro>(stop - start).count() / o_.iters;
     comm_.allReduce(&us, &us, 1, chorus::DataType::Float64, chorus::ReduceOp::Max);
@@ -296,10 +367,39 @@ class Bench {
     return h;
   }
 
+  // --memory cuda: the prepared host buffers to the device; the results back (after the stream).
+  void toDevice(const Shape& shape, const TypeDesc& type) {
+#if CHORUS_PERF_CUDA
+    if (!dev_) return;
+    const size_t bytes = std::max(shape.sendElems, shape.recvElems) * type.size;
+    cu::copyToDevice(dev_->send, send_.data(), bytes);
+    cu::copyToDevice(dev_->recv, recv_.data(), bytes);
+#else
+    (void)shape;
+    (void)type;
+#endif
+  }
+  void fromDevice(const Shape& shape, const TypeDesc& type) {
+#if CHORUS_PERF_CUDA
+    if (!dev_) return;
+    cu::streamSynchronize(dev_->stream);
+    cu::copyToHost(recv_.data(), dev_->recv, std::max(shape.sendElems, shape.recvElems) * type.size);
+#else
+    (void)shape;
+    (void)type;
+#endif
+  }
+  void waitStream() {
+#if CHORUS_PERF_CUDA
+    if (dev_) cu::streamSynchronize(dev_->stream);
+#endif
+  }
+
   chorus::Communicator& comm_;
   const Options& o_;
   Buffer send_;
   Buffer recv_;
+  std::unique_ptr<DeviceSide> dev_;
   bool printer_;
   int64_t errors_ = 0;  // results with #wrong > 0
   double bwSum_ = 0;
@@ -398,6 +498,10 @@ int main(int argc, char** argv) {
                  "(default float)");
   app.add_option("-r,--root", o.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--json", o.json, "also print each row as a JSON object");
+  std::string memory = "host";
+  app.add_option("--memory", memory,
+                 "host, or cuda: device buffers, each rank on device rank % devices, calls on a stream")
+      ->check(CLI::IsMember({"host", "cuda"}));
   int memAlloc = 0;
   app.add_option("-M,--memalloc", memAlloc,
                  "1: buffers from chorus::memAlloc, which peers read in place (zero copy); default 0")
@@ -405,6 +509,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     o.memAlloc = memAlloc != 0;
+    o.cuda = memory == "cuda";
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }

@@ -102,32 +102,32 @@ Shape shapeFor(Coll c, size_t sizeBytes, size_t typeSize, int nranks) {
 }
 
 void runColl(chorus::Communicator& comm, Coll c, const void* send, void* recv, size_t count,
-             chorus::DataType type, chorus::ReduceOp op, int root) {
+             chorus::DataType type, chorus::ReduceOp op, int root, chorus::CudaStream stream) {
   switch (c) {
     case Coll::AllReduce:
-      comm.allReduce(send, recv, count, type, op);
+      comm.allReduce(send, recv, count, type, op, stream);
       return;
     case Coll::ReduceScatter:
-      comm.reduceScatter(send, recv, count, type, op);
+      comm.reduceScatter(send, recv, count, type, op, stream);
       return;
     case Coll::AllGather:
-      comm.allGather(send, recv, count, type);
+      comm.allGather(send, recv, count, type, stream);
       return;
     case Coll::Broadcast:
-      comm.broadcast(send, recv, count, type, root);
+      comm.broadcast(send, recv, count, type, root, stream);
       return;
     case Coll::Reduce:
-      comm.reduce(send, recv, count, type, op, root);
+      comm.reduce(send, recv, count, type, op, root, stream);
       return;
     case Coll::AllToAll:
-      comm.allToAll(send, recv, count, type);
+      comm.allToAll(send, recv, count, type, stream);
       return;
     case Coll::SendRecv: {
       const int n = comm.size();
       const int me = comm.rank();
       chorus::Group group;
-      comm.send(send, count, type, (me + 1) % n);
-      comm.recv(recv, count, type, (me - 1 + n) % n);
+      comm.send(send, count, type, (me + 1) % n, stream);
+      comm.recv(recv, count, type, (me - 1 + n) % n, stream);
       group.end();
       return;
     }

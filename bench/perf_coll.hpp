@@ -40,8 +40,9 @@ struct Shape {
 };
 Shape shapeFor(Coll c, size_t sizeBytes, size_t typeSize, int nranks);
 
-/// Issues one operation (blocking). sendrecv: send to rank+1, receive from rank-1, in one group.
+/// Issues one operation: blocking on host buffers, enqueued on `stream` when it is not null (device
+/// buffers). sendrecv: send to rank+1, receive from rank-1, in one group.
 void runColl(chorus::Communicator& comm, Coll c, const void* send, void* recv, size_t count,
-             chorus::DataType type, chorus::ReduceOp op, int root);
+             chorus::DataType type, chorus::ReduceOp op, int root, chorus::CudaStream stream = {});
 
 }  // namespace chorus_perf

@@ -156,6 +156,12 @@ class CHORUS_API Work {
 
 class CommImpl;
 
+/// A CUDA stream (a cudaStream_t), for calls on device buffers; this header needs no CUDA include.
+/// A null handle means host buffers, as the calls without a stream.
+struct CudaStream {
+  void* handle = nullptr;
+};
+
 /// One rank's membership of a group of ranks. Move-only; destruction frees it (waits for pending
 /// asynchronous work first). Every collective must be called by all ranks in the same order.
 class CHORUS_API Communicator {
@@ -196,6 +202,22 @@ class CHORUS_API Communicator {
   void send(const void* buf, size_t count, DataType type, int peer);
   void recv(void* buf, size_t count, DataType type, int peer);
   void barrier();
+
+  // Device buffers (CUDA; see "Device buffers" in chorus.h): each call is enqueued on `stream` and
+  // returns, with NCCL's semantics. Buffers must be device memory of the calling thread's device
+  // (other memory is staged through pinned host memory). Every rank makes the same calls in the
+  // same order. Errors a kernel meets later are reported by asyncError(). Throws chorus::Error.
+  void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, CudaStream stream);
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op,
+                     CudaStream stream);
+  void allGather(const void* send, void* recv, size_t sendCount, DataType type, CudaStream stream);
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root, CudaStream stream);
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+              CudaStream stream);
+  void allToAll(const void* send, void* recv, size_t count, DataType type, CudaStream stream);
+  void send(const void* buf, size_t count, DataType type, int peer, CudaStream stream);
+  void recv(void* buf, size_t count, DataType type, int peer, CudaStream stream);
+  void barrier(CudaStream stream);
 
   // Asynchronous forms: return at once; the buffers must stay valid until the Work completes.
   Work allReduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op);

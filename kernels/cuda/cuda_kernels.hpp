@@ -31,6 +31,11 @@ void copyToDevice(void* dst, const void* src, size_t bytes);
 void copyToHost(void* dst, const void* src, size_t bytes);
 void copyOnDevice(void* dst, const void* src, size_t bytes, void* stream);
 void synchronize();
+/// cudaSetDevice; a new non-blocking stream; waiting for one; destroying one.
+void setDevice(int device);
+void* streamCreate();
+void streamSynchronize(void* stream);
+void streamDestroy(void* stream) noexcept;
 
 /// Device time of `fn()`, called `iters` times between two events on `stream` (milliseconds per call).
 template <typename Fn>

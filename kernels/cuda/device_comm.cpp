@@ -201,7 +201,12 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
   // that its peers fail with that reason rather than wait for it.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   (void)cudaThreadExchangeStreamCaptureMode(&mode);  // set-up may happen while capturing
-  if (cudaError_t e = cudaGetDevice(&device_); e != cudaSuccess) {
+  int devices = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    copyText(mine.why, sizeof mine.why,
+             e != cudaSuccess ? strCat("cudaGetDeviceCount: ", cudaText(e)) : std::string("no CUDA device"));
+  } else if (e = cudaGetDevice(&device_); e != cudaSuccess) {
     (void)cudaGetLastError();
     copyText(mine.why, sizeof mine.why, strCat("cudaGetDevice: ", cudaText(e)));
   } else {
@@ -420,6 +425,7 @@ void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   c.errorWord = devWords_ + 1;
   const auto t = op.timeout.count() > 0 ? op.timeout : comm.config().timeout;
   c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
+  timeout_ = t;  // for the message, should this call time out
   ipc::launch(c, stream);
 }
 

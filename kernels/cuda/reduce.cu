@@ -263,6 +263,18 @@ void copyOnDevice(void* dst, const void* src, size_t bytes, void* stream) {
         "cudaMemcpyAsync on the device");
 }
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void setDevice(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+void* streamCreate() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return s;
+}
+void streamSynchronize(void* stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+void streamDestroy(void* stream) noexcept {
+  if (stream && cudaStreamDestroy(static_cast<cudaStream_t>(stream)) != cudaSuccess) (void)cudaGetLastError();
+}
 
 EventTimer::EventTimer() {
   cudaEvent_t a, b;

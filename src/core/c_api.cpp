@@ -245,13 +245,7 @@ chorusResult_t chorusCommSetTimeout(chorusComm_t comm, double seconds) {
 chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResult_t* asyncError) {
   return guarded(comm, [&] {
     if (!asyncError) failInvalid("chorusCommGetAsyncError: asyncError is NULL");
-    auto impl = lookup(comm, "chorusCommGetAsyncError");
-    *asyncError = impl->asyncError();
-    std::string text;
-    if (*asyncError == chorusSuccess) {
-      *asyncError = device::asyncError(*impl, &text);
-      if (*asyncError != chorusSuccess) impl->setLastError(text);
-    }
+    *asyncError = api::asyncError(*lookup(comm, "chorusCommGetAsyncError"));
   });
 }
 

@@ -2,6 +2,7 @@
 #include "bootstrap/env_init.hpp"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
+#include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/group.hpp"
 #include "transports/shm/shm_memory.hpp"
@@ -126,6 +127,48 @@ void Communicator::send(const void* buf, size_t count, DataType type, int peer) 
 void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
   runBlocking(impl_, makeOp(OpKind::Recv, nullptr, buf, count, type, ReduceOp::Sum, -1, peer));
 }
+// Device buffers: the same operations, enqueued on a stream (a null one: host buffers).
+namespace {
+void onStream(const std::shared_ptr<CommImpl>& impl, Op op, CudaStream stream) {
+  if (stream.handle != nullptr)
+    device::enqueue(impl, std::move(op), stream.handle);
+  else
+    runBlocking(impl, std::move(op));
+}
+}  // namespace
+
+void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                             CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::AllReduce, send, recv, count, type, op), stream);
+}
+void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op,
+                                 CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::ReduceScatter, send, recv, recvCount, type, op), stream);
+}
+void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type, CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::AllGather, send, recv, sendCount, type), stream);
+}
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                             CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::Broadcast, send, recv, count, type, ReduceOp::Sum, root), stream);
+}
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                          CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::Reduce, send, recv, count, type, op, root), stream);
+}
+void Communicator::allToAll(const void* send, void* recv, size_t count, DataType type, CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::AllToAll, send, recv, count, type), stream);
+}
+void Communicator::send(const void* buf, size_t count, DataType type, int peer, CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::Send, buf, nullptr, count, type, ReduceOp::Sum, -1, peer), stream);
+}
+void Communicator::recv(void* buf, size_t count, DataType type, int peer, CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::Recv, nullptr, buf, count, type, ReduceOp::Sum, -1, peer), stream);
+}
+void Communicator::barrier(CudaStream stream) {
+  onStream(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8), stream);
+}
+
 void Communicator::barrier() {
   runBlocking(impl_, makeOp(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8));
 }
@@ -170,7 +213,15 @@ Communicator Communicator::shrink(std::span<const int> excludeRanks) {
 }
 
 void Communicator::abort() { live(impl_).abort(); }
-chorusResult_t Communicator::asyncError() const { return live(impl_).asyncError(); }
+chorusResult_t api::asyncError(CommImpl& impl) {
+  if (const chorusResult_t code = impl.asyncError(); code != chorusSuccess) return code;
+  std::string text;
+  const chorusResult_t code = device::asyncError(impl, &text);
+  if (code != chorusSuccess) impl.setLastError(text);
+  return code;
+}
+
+chorusResult_t Communicator::asyncError() const { return api::asyncError(live(impl_)); }
 std::string Communicator::lastError() const { return live(impl_).lastError(); }
 size_t Communicator::memoryBytes() const { return live(impl_).memoryBytes(); }
 

@@ -10,27 +10,39 @@
 # in well under 8 minutes on an H200:
 #   1. the machine: nvidia-smi, nvcc
 #   2. gpu.cuda_kernels: the CUDA kernels against the CPU kernels, bit for bit, every type and op
-#   3. chorus-cuda-bench: reduction GB/s against a device-to-device copy of the same bytes
-#   4. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
-# The timeouts add up to 450 s, under the device tool's 600 s per command.
-# and writes $OUT/summary.md.
+#   3. gpu.cuda_collectives: device-buffer collectives, ranks as threads on the GPU, exact; graphs,
+#      streams, timeout and abort, staged operations
+#   4. chorus-cuda-bench: reduction GB/s against a device-to-device copy of the same bytes
+#   5. chorus-perf --memory cuda: all_reduce, reduce_scatter, all_gather, 2, 4 and 8 ranks (threads)
+#      on the one GPU; then all_reduce with 2 processes (CUDA IPC handles between processes)
+#   6. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
+# The timeouts add up to 550 s, under the device tool's 600 s per command. It writes
+# $OUT/summary.md.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-build/gpu/out}
 mkdir -p "$OUT"
 build=build/gpu
+bin=build/gpu-bin  # the binaries alone, stripped: what to carry to the device machine
 step() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.md"; }
 
-# Run --build-only right before carrying build/gpu: a carried build is used as it is.
-if [ "${1:-}" = "--build-only" ] || [ ! -x "$build/tests/gpu/test_cuda_kernels" ] ||
-  [ ! -x "$build/bench/gpu/chorus-cuda-bench" ]; then
+# Run --build-only right before carrying build/gpu-bin: carried binaries are used as they are.
+targets="test_cuda_kernels test_cuda_collectives chorus-cuda-bench chorus-perf chorusrun"
+binaries="tests/gpu/test_cuda_kernels tests/gpu/test_cuda_collectives bench/gpu/chorus-cuda-bench bench/chorus-perf
+  src/chorusrun"
+have_all=1
+for b in $binaries; do [ -x "$bin/$(basename "$b")" ] || have_all=0; done
+if [ "${1:-}" = "--build-only" ] || [ $have_all = 0 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90" \
     -DCHORUS_WITH_HWLOC=OFF -DCHORUS_WITH_OPENSSL=OFF -DCHORUS_WITH_UCX=OFF -DCHORUS_WITH_VERBS=OFF \
     -DCHORUS_BUILD_TORCH=OFF -DCHORUS_BUILD_NCCL_SHIM=OFF -DCHORUS_BUILD_COMPARE=OFF -DCHORUS_BUILD_UNTESTED=OFF \
     > "$OUT/configure.log" 2>&1 || { echo "configure failed: see $OUT/configure.log"; tail -20 "$OUT/configure.log"; exit 1; }
-  cmake --build "$build" -j "$(nproc)" --target test_cuda_kernels chorus-cuda-bench > "$OUT/build.log" 2>&1 ||
+  # shellcheck disable=SC2086
+  cmake --build "$build" -j "$(nproc)" --target $targets > "$OUT/build.log" 2>&1 ||
     { echo "build failed: see $OUT/build.log"; tail -20 "$OUT/build.log"; exit 1; }
-  [ "${1:-}" = "--build-only" ] && { echo "built $build (carry it to the device machine)"; exit 0; }
+  rm -rf "$bin" && mkdir -p "$bin"
+  for b in $binaries; do cp "$build/$b" "$bin/" && strip "$bin/$(basename "$b")"; done
+  [ "${1:-}" = "--build-only" ] && { echo "built $bin ($(du -sh "$bin" | cut -f1); carry it to the device machine)"; exit 0; }
 fi
 
 : > "$OUT/summary.md"
@@ -39,22 +51,49 @@ step "machine"
   nvcc --version 2>/dev/null | tail -1 || true; } | tee -a "$OUT/summary.md"
 
 status=0
-step "gpu.cuda_kernels"
-timeout 240 "$build/tests/gpu/test_cuda_kernels" > "$OUT/test_cuda_kernels.log" 2>&1 || status=1
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |CUDA devices|Failure|first differing" "$OUT/test_cuda_kernels.log" |
-  tee -a "$OUT/summary.md"
-# Skipped means the device was not usable (no driver, or one older than this CUDA needs): a failure here.
-if grep -q "SKIPPED" "$OUT/test_cuda_kernels.log"; then
-  echo "FAIL: the GPU tests were skipped: the device is not usable" | tee -a "$OUT/summary.md"
-  status=1
-fi
+# A GPU test binary, its verdict lines in the summary. Skipped means the device was not usable (no
+# driver, or one older than this CUDA needs): a failure here.
+gtest() {  # name timeout
+  step "gpu.$1"
+  timeout "$2" "$bin/test_$1" > "$OUT/test_$1.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && { status=1; echo "test_$1: exit status $rc" | tee -a "$OUT/summary.md"; }
+  grep -E "^\[  (PASSED|FAILED|SKIPPED|      OK) |Failure|first differing|Expected|Which is|rank [0-9]" \
+    "$OUT/test_$1.log" | head -60 | tee -a "$OUT/summary.md"
+  if grep -q "SKIPPED" "$OUT/test_$1.log"; then
+    echo "FAIL: the GPU tests were skipped: the device is not usable" | tee -a "$OUT/summary.md"
+    status=1
+  fi
+}
+gtest cuda_kernels 90
+gtest cuda_collectives 150
 
 step "chorus-cuda-bench (reduction vs device-to-device copy)"
-timeout 150 "$build/bench/gpu/chorus-cuda-bench" --max-mib 1024 --iters 20 > "$OUT/bench.md" 2> "$OUT/bench.err" || status=1
+timeout 60 "$bin/chorus-cuda-bench" --max-mib 1024 --iters 20 > "$OUT/bench.md" 2> "$OUT/bench.err" || status=1
 cat "$OUT/bench.md" "$OUT/bench.err" >> "$OUT/summary.md"
 
+# nccl-tests tables; the summary keeps the rows of a few sizes and the average bus bandwidth.
+perf() {  # log timeout args...
+  local log=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$OUT/$log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && { status=1; echo "($log: exit status $rc)" | tee -a "$OUT/summary.md"; }
+  echo "$*" >> "$OUT/summary.md"
+  grep -E "^ +(8|1024|65536|1048576|33554432|134217728) |Avg bus|Out of bounds|chorus-perf:|error" "$OUT/$log" |
+    tee -a "$OUT/summary.md"
+}
+step "chorus-perf --memory cuda (ranks as threads on one GPU)"
+for coll in all_reduce reduce_scatter all_gather; do
+  for n in 2 4 8; do
+    perf "perf_${coll}_${n}.txt" 20 "$bin/chorus-perf" "$coll" -t "$n" --memory cuda -b 8 -e 128M -f 4 -w 5 -n 20
+  done
+done
+step "chorus-perf --memory cuda, 2 processes on one GPU (CUDA IPC between processes; time-sliced)"
+perf perf_procs.txt 40 "$bin/chorusrun" -n 2 "$bin/chorus-perf" all_reduce --memory cuda -b 8 -e 1M -f 16 -w 2 -n 5
+
 step "NCCL single-rank all_reduce via PyTorch (baseline)"
-timeout 60 python3 - >> "$OUT/summary.md" 2> "$OUT/baseline.err" <<'PY' || echo "(baseline skipped: see baseline.err)" >> "$OUT/summary.md"
+timeout 30 python3 - >> "$OUT/summary.md" 2> "$OUT/baseline.err" <<'PY' || echo "(baseline skipped: see baseline.err)" >> "$OUT/summary.md"
 import torch, torch.distributed as dist
 store = dist.HashStore()
 dist.init_process_group("nccl", store=store, rank=0, world_size=1)

@@ -1,0 +1,389 @@
+// Device-buffer collectives through the C API (a stream given): ranks as threads sharing one GPU,
+// every result compared exactly with the CPU kernels' reduction in rank order, as on the host.
+// Also CUDA graph capture and replay, calls on changing streams, the timeout and abort of a kernel
+// whose peer never comes, and the operations staged through host memory. Skips, saying why, where
+// no CUDA device is usable (tests/gpu/run.sh runs it on a machine with one).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "chorus/chorus.hpp"
+#include "cpu/reduce.hpp"
+#include "cuda/cuda_kernels.hpp"
+
+namespace chorus {
+namespace {
+
+#define CUDA_OK(call)                                                                 \
+  do {                                                                                \
+    const cudaError_t e_ = (call);                                                    \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);            \
+  } while (0)
+#define CHORUS_OK(call, comm)                                                         \
+  do {                                                                                \
+    const chorusResult_t r_ = (call);                                                 \
+    ASSERT_EQ(r_, chorusSuccess) << #call << ": " << chorusGetLastError(comm);        \
+  } while (0)
+
+class DeviceCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (kernels::cuda::deviceCount(&why) == 0)
+      GTEST_SKIP() << "no CUDA device here (" << why << "); tests/gpu/run.sh runs these on a machine with one";
+  }
+};
+
+// Runs fn(rank, comm, stream) on `n` threads, each a rank of one communicator on device 0.
+void onRanks(int n, const std::function<void(int, chorusComm_t, cudaStream_t)>& fn) {
+  std::vector<chorusComm_t> comms(static_cast<size_t>(n));
+  ASSERT_EQ(chorusCommInitAll(comms.data(), n, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+      cudaStream_t s = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      fn(r, comms[static_cast<size_t>(r)], s);
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      cudaStreamDestroy(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto c : comms) chorusCommDestroy(c);
+}
+
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t bytes) : bytes(bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 1), cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::byte* get() const { return static_cast<std::byte*>(p); }
+  void* p = nullptr;
+  size_t bytes;
+};
+
+// Values 1..3 (as the type): sums and products of up to 8 ranks stay exact in every type.
+std::vector<std::byte> inputOf(int rank, size_t count, DataType t, unsigned salt) {
+  const size_t e = dataTypeSize(t);
+  std::vector<std::byte> out(count * e);
+  std::mt19937 rng(static_cast<unsigned>(rank) * 7919u + salt);
+  for (size_t i = 0; i < count; ++i) {
+    const int v = 1 + static_cast<int>(rng() % 3);
+    std::byte* p = out.data() + i * e;
+    switch (t) {
+      case DataType::Float32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case DataType::Float64: {
+        const double d = v;
+        std::memcpy(p, &d, 8);
+        break;
+      }
+      case DataType::Float16: {
+        const uint16_t bits[] = {0, 0x3C00, 0x4000, 0x4200};
+        std::memcpy(p, &bits[v], 2);
+        break;
+      }
+      case DataType::BFloat16: {
+        const uint16_t bits[] = {0, 0x3F80, 0x4000, 0x4040};
+        std::memcpy(p, &bits[v], 2);
+        break;
+      }
+      default: {
+        const uint64_t x = static_cast<uint64_t>(v);
+        std::memcpy(p, &x, e);  // little endian: the low bytes
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::string firstDifference(const std::vector<std::byte>& got, const std::vector<std::byte>& want, size_t e) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i])
+      return "first differing byte " + std::to_string(i) + " (element " + std::to_string(i / e) + " of " +
+             std::to_string(want.size() / e) + ")";
+  }
+  return "";
+}
+
+enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll };
+const char* collName(Coll c) {
+  static const char* names[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "alltoall"};
+  return names[static_cast<int>(c)];
+}
+
+// One call on every rank, in or out of place, checked exactly on every rank that has a result.
+void checkCollective(int n, Coll coll, size_t count, DataType type, ReduceOp op, bool inPlace) {
+  SCOPED_TRACE(std::string(collName(coll)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) + " " +
+               dataTypeName(type) + " " + reduceOpName(op) + (inPlace ? " in place" : ""));
+  const size_t e = dataTypeSize(type);
+  const auto N = static_cast<size_t>(n);
+  const int root = n - 1;
+  size_t inCount = count, outCount = count;
+  if (coll == Coll::ReduceScatter) inCount = count * N;
+  if (coll == Coll::AllGather) outCount = count * N;
+  if (coll == Coll::AllToAll) inCount = outCount = count * N;
+  std::vector<std::vector<std::byte>> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(inputOf(r, inCount, type, static_cast<unsigned>(count)));
+  std::vector<std::byte> reduced(inCount * e);
+  {
+    std::vector<const void*> srcs;
+    for (auto& in : inputs) srcs.push_back(in.data());
+    kernels::reduce(reduced.data(), srcs.data(), n, inCount, type, op, n);
+  }
+  const auto dt = static_cast<chorusDataType_t>(type);
+  const auto ro = static_cast<chorusRedOp_t>(op);
+  onRanks(n, [&](int r, chorusComm_t comm, cudaStream_t s) {
+    const auto R = static_cast<size_t>(r);
+    DeviceBuffer recv(std::max(inCount, outCount) * e), sendBuf(inCount * e);
+    std::byte* send = sendBuf.get();
+    std::byte* out = recv.get();
+    if (inPlace) {
+      // NCCL's in-place forms: all_gather send = recv + rank*count, reduce_scatter recv = send + rank*count.
+      if (coll == Coll::AllGather) {
+        send = recv.get() + R * count * e;
+      } else if (coll == Coll::ReduceScatter) {
+        send = recv.get();
+        out = recv.get() + R * count * e;
+      } else {
+        send = recv.get();
+      }
+    }
+    CUDA_OK(cudaMemcpy(send, inputs[R].data(), inCount * e, cudaMemcpyHostToDevice));
+    switch (coll) {
+      case Coll::AllReduce:
+        CHORUS_OK(chorusAllReduce(send, out, count, dt, ro, comm, s), comm);
+        break;
+      case Coll::ReduceScatter:
+        CHORUS_OK(chorusReduceScatter(send, out, count, dt, ro, comm, s), comm);
+        break;
+      case Coll::AllGather:
+        CHORUS_OK(chorusAllGather(send, out, count, dt, comm, s), comm);
+        break;
+      case Coll::Broadcast:
+        CHORUS_OK(chorusBroadcast(send, out, count, dt, root, comm, s), comm);
+        break;
+      case Coll::Reduce:
+        CHORUS_OK(chorusReduce(send, out, count, dt, ro, root, comm, s), comm);
+        break;
+      case Coll::AllToAll:
+        CHORUS_OK(chorusAllToAll(send, out, count, dt, comm, s), comm);
+        break;
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    ASSERT_EQ(async, chorusSuccess) << chorusGetLastError(comm);
+    std::vector<std::byte> got(outCount * e), want(outCount * e);
+    CUDA_OK(cudaMemcpy(got.data(), out, outCount * e, cudaMemcpyDeviceToHost));
+    switch (coll) {
+      case Coll::AllReduce:
+        want = reduced;
+        break;
+      case Coll::ReduceScatter:
+        std::memcpy(want.data(), reduced.data() + R * count * e, count * e);
+        break;
+      case Coll::AllGather:
+        for (size_t q = 0; q < N; ++q) std::memcpy(want.data() + q * count * e, inputs[q].data(), count * e);
+        break;
+      case Coll::Broadcast:
+        want = inputs[static_cast<size_t>(root)];
+        break;
+      case Coll::Reduce:
+        if (r != root) return;
+        want = reduced;
+        break;
+      case Coll::AllToAll:
+        for (size_t q = 0; q < N; ++q)
+          std::memcpy(want.data() + q * count * e, inputs[q].data() + R * count * e, count * e);
+        break;
+    }
+    EXPECT_EQ(firstDifference(got, want, e), "") << "rank " << r;
+  });
+}
+
+TEST_F(DeviceCollectives, EveryCollectiveExact) {
+  struct TypeOp {
+    DataType t;
+    ReduceOp op;
+  };
+  const TypeOp typeOps[] = {{DataType::Float32, ReduceOp::Sum}, {DataType::BFloat16, ReduceOp::Sum},
+                            {DataType::Float16, ReduceOp::Max}, {DataType::Int8, ReduceOp::Prod},
+                            {DataType::Float64, ReduceOp::Avg}, {DataType::Uint64, ReduceOp::Min},
+                            {DataType::Int32, ReduceOp::Sum}};
+  // Around the LL limit (64 KiB), and over the 8 MiB stage (several pieces).
+  const size_t counts[] = {1, 7, 1000, 16383, 16385, 300001, 3u << 20};
+  for (int n : {2, 4, 8}) {
+    for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast, Coll::Reduce}) {
+      for (size_t count : counts) {
+        if (count * static_cast<size_t>(n) > (size_t{24} << 20) && c != Coll::AllReduce) continue;
+        for (const TypeOp& to : typeOps) {
+          // Large counts: float32 and bfloat16 sums only (the CPU reference takes its time too).
+          if (count >= 16383 && to.t != DataType::Float32 && to.t != DataType::BFloat16) continue;
+          for (bool inPlace : {false, true}) {
+            checkCollective(n, c, count, to.t, to.op, inPlace);
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(DeviceCollectives, StagedOperationsExact) {
+  // All-to-all goes through pinned host memory; so do send and receive and the barrier.
+  for (int n : {2, 4}) {
+    checkCollective(n, Coll::AllToAll, 1000, DataType::Float32, ReduceOp::Sum, false);
+    checkCollective(n, Coll::AllToAll, 33, DataType::Int64, ReduceOp::Sum, true);
+  }
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    DeviceBuffer buf(4096);
+    std::vector<int32_t> host(1024, r == 0 ? 42 : 0);
+    CUDA_OK(cudaMemcpy(buf.get(), host.data(), 4096, cudaMemcpyHostToDevice));
+    CHORUS_OK(chorusGroupStart(), comm);
+    if (r == 0)
+      CHORUS_OK(chorusSend(buf.get(), 1024, chorusInt32, 1, comm, s), comm);
+    else
+      CHORUS_OK(chorusRecv(buf.get(), 1024, chorusInt32, 0, comm, s), comm);
+    CHORUS_OK(chorusGroupEnd(), comm);
+    CHORUS_OK(chorusBarrier(comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(host.data(), buf.get(), 4096, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(host[0], 42);
+    EXPECT_EQ(host[1023], 42);
+  });
+}
+
+TEST_F(DeviceCollectives, CapturedInAGraphReplaysCorrectly) {
+  const size_t count = 1 << 20;  // Simple
+  const size_t small = 1000;     // LL
+  onRanks(4, [&](int r, chorusComm_t comm, cudaStream_t s) {
+    DeviceBuffer big(count * 4), little(small * 4);
+    // One call before capturing sets up the communicator's device state.
+    CHORUS_OK(chorusAllReduce(big.get(), big.get(), count, chorusFloat32, chorusSum, comm, s), comm);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CHORUS_OK(chorusAllReduce(big.get(), big.get(), count, chorusFloat32, chorusSum, comm, s), comm);
+    CHORUS_OK(chorusAllReduce(little.get(), little.get(), small, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      std::vector<float> a(count, static_cast<float>(r + replay)), b(small, static_cast<float>(2 * r + replay));
+      CUDA_OK(cudaMemcpyAsync(big.get(), a.data(), count * 4, cudaMemcpyHostToDevice, s));
+      CUDA_OK(cudaMemcpyAsync(little.get(), b.data(), small * 4, cudaMemcpyHostToDevice, s));
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      CUDA_OK(cudaMemcpy(a.data(), big.get(), count * 4, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(b.data(), little.get(), small * 4, cudaMemcpyDeviceToHost));
+      const float wantA = 0 + 1 + 2 + 3 + 4.0f * replay, wantB = 2 * (0 + 1 + 2 + 3) + 4.0f * replay;
+      EXPECT_EQ(a[0], wantA) << "replay " << replay;
+      EXPECT_EQ(a[count - 1], wantA) << "replay " << replay;
+      EXPECT_EQ(b[0], wantB) << "replay " << replay;
+      EXPECT_EQ(b[small - 1], wantB) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+}
+
+TEST_F(DeviceCollectives, CallsOnChangingStreamsStayInOrder) {
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    cudaStream_t other = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    const size_t count = 1 << 20;
+    DeviceBuffer buf(count * 4);
+    std::vector<float> host(count, static_cast<float>(r + 1));
+    CUDA_OK(cudaMemcpy(buf.get(), host.data(), count * 4, cudaMemcpyHostToDevice));
+    // (1 + 2) = 3, then 3 + 3 = 6, then 12: each call must see the previous one's result.
+    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), count, chorusFloat32, chorusSum, comm, s), comm);
+    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), count, chorusFloat32, chorusSum, comm, other), comm);
+    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), count, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaStreamSynchronize(other));
+    CUDA_OK(cudaMemcpy(host.data(), buf.get(), count * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(host[0], 12.0f);
+    EXPECT_EQ(host[count - 1], 12.0f);
+    cudaStreamDestroy(other);
+  });
+}
+
+TEST_F(DeviceCollectives, MissingPeerTimesOutAsAnAsyncError) {
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    DeviceBuffer buf(4096);
+    // Set up the device state on both ranks first, then only rank 0 calls.
+    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    if (r != 0) return;
+    CHORUS_OK(chorusCommSetTimeout(comm, 1.0), comm);
+    const auto start = std::chrono::steady_clock::now();
+    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(waited, 0.9);
+    EXPECT_LT(waited, 30.0);
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, chorusTimeout);
+    EXPECT_NE(std::string(chorusGetLastError(comm)).find("waiting for rank 1"), std::string::npos)
+        << chorusGetLastError(comm);
+    // Later device calls fail at once with the same cause.
+    EXPECT_EQ(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), chorusTimeout);
+  });
+}
+
+TEST_F(DeviceCollectives, AbortStopsAWaitingKernel) {
+  std::vector<chorusComm_t> comms(2);
+  ASSERT_EQ(chorusCommInitAll(comms.data(), 2, nullptr), chorusSuccess);
+  std::vector<std::thread> threads;
+  std::atomic<bool> setUp{false};
+  DeviceBuffer buf0(4096), buf1(4096);
+  cudaStream_t s0 = nullptr, s1 = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  std::thread peer([&] {
+    cudaSetDevice(0);
+    EXPECT_EQ(chorusAllReduce(buf1.get(), buf1.get(), 1024, chorusFloat32, chorusSum, comms[1], s1), chorusSuccess);
+    cudaStreamSynchronize(s1);
+  });
+  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0), chorusSuccess);
+  cudaStreamSynchronize(s0);
+  peer.join();
+  // Rank 0 waits for a rank 1 that never comes (timeout 300 s); aborting stops it at once.
+  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0), chorusSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(chorusCommAbort(comms[0]), chorusSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s0), cudaSuccess);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  chorusCommDestroy(comms[1]);
+  cudaStreamDestroy(s0);
+  cudaStreamDestroy(s1);
+}
+
+TEST_F(DeviceCollectives, HostMemoryWithAStreamIsStaged) {
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    // Host memory with a stream is staged (same on every rank), and correct.
+    std::vector<float> host(100, static_cast<float>(r + 1));
+    CHORUS_OK(chorusAllReduce(host.data(), host.data(), 100, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    EXPECT_EQ(host[99], 3.0f);
+  });
+}
+
+}  // namespace
+}  // namespace chorus
