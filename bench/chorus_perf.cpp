@@ -140,7 +140,9 @@ struct DeviceSide {
 };
 #else
 struct DeviceSide {
-  DeviceSide(size_t, int) { throw std::runtime_error("--memory cuda: this build of chorus-perf has no CUDA"); }
+  DeviceSide(size_t, int) {
+    throw std::runtime_error("--memory cuda: this build of chorus-perf has no CUDA");
+  }
   int device = 0;
   char* send = nullptr;
   char* recv = nullptr;
@@ -326,7 +328,9 @@ class Bench {
       devRecv = dev_->recv + recvAt;
       stream.handle = dev_->stream;
     }
-    auto issue = [&] { runColl(comm_, o_.coll, devSend, devRecv, shape.count, type.type, op.op, o_.root, stream); };
+    auto issue = [&] {
+      runColl(comm_, o_.coll, devSend, devRecv, shape.count, type.type, op.op, o_.root, stream);
+    };
     HalfResult h;
     // In-place sendrecv reads and writes one buffer concurrently: timed, not checked (nccl-tests).
     const bool checkable = !(inPlace && o_.coll == Coll::SendRecv);

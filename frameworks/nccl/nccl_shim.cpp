@@ -2,8 +2,8 @@
 //
 // Programs and frameworks that load libnccl.so.2 run on Chorus unchanged. As an extension, host
 // buffers with a NULL stream work (real NCCL rejects them), so the library is usable without a GPU.
-// Device buffers and CUDA streams need Chorus's CUDA support, not built yet: those calls return
-// ncclInvalidUsage saying so, as do the few functions listed in docs/frameworks.md.
+// Device buffers and streams go to Chorus's device path (docs/gpu.md), except for gather and
+// scatter, which refuse them, as do the few functions listed in docs/frameworks.md.
 #include <dlfcn.h>
 #include <nccl.h>
 
@@ -101,17 +101,16 @@ bool isDeviceMemory(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-// Refuses what Chorus cannot run yet: a stream, device buffers, the float8 types.
+// Gather and scatter (grouped sends and receives, and a copy of the root's own block) take host
+// buffers with a NULL stream only.
 bool hostOnly(const char* call, cudaStream_t stream, const void* a, const void* b, ncclResult_t* out) {
   std::string why;
   if (stream != nullptr)
     why =
-        "a CUDA stream was given; this Chorus libnccl runs host buffers with a NULL stream only "
-        "(CUDA streams and device buffers are not supported yet)";
+        "a CUDA stream was given; this Chorus libnccl runs gather and scatter on host buffers with a NULL "
+        "stream only";
   else if (isDeviceMemory(a) || isDeviceMemory(b))
-    why =
-        "a device buffer was given; this Chorus libnccl runs host buffers only (device buffers are not "
-        "supported yet)";
+    why = "a device buffer was given; this Chorus libnccl runs gather and scatter on host buffers only";
   if (why.empty()) return true;
   *out = refuse(ncclInvalidUsage, std::string(call) + ": " + why);
   return false;
@@ -473,6 +472,12 @@ SHIM_ALIAS(ncclGroupSimulateEnd)
     if (!hostOnly(call, stream, a, b, &out_)) return out_; \
     if (!typeOk(call, datatype, &out_)) return out_;       \
   } while (0)
+// Host buffers (NULL stream) or device buffers on a stream: Chorus takes both.
+#define CHECK_TYPE(call)                             \
+  do {                                               \
+    ncclResult_t out_;                               \
+    if (!typeOk(call, datatype, &out_)) return out_; \
+  } while (0)
 #define CHECK_OP(call)                       \
   do {                                       \
     ncclResult_t out_;                       \
@@ -486,10 +491,9 @@ SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
   START
-  CHECK_HOST("ncclAllReduce", stream, sendbuff, recvbuff);
+  CHECK_TYPE("ncclAllReduce");
   CHECK_OP("ncclAllReduce");
-  return fromChorus(
-      chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm), nullptr));
+  return fromChorus(chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclAllReduce)
@@ -498,10 +502,10 @@ SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream) {
   START
-  CHECK_HOST("ncclReduceScatter", stream, sendbuff, recvbuff);
+  CHECK_TYPE("ncclReduceScatter");
   CHECK_OP("ncclReduceScatter");
   return fromChorus(
-      chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm), nullptr));
+      chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclReduceScatter)
@@ -509,8 +513,8 @@ SHIM_ALIAS(ncclReduceScatter)
 SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
-  CHECK_HOST("ncclAllGather", stream, sendbuff, recvbuff);
-  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm), nullptr));
+  CHECK_TYPE("ncclAllGather");
+  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclAllGather)
@@ -519,8 +523,8 @@ SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
   START
-  CHECK_HOST("ncclBroadcast", stream, sendbuff, recvbuff);
-  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm), nullptr));
+  CHECK_TYPE("ncclBroadcast");
+  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclBroadcast)
@@ -528,8 +532,8 @@ SHIM_ALIAS(ncclBroadcast)
 SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                    ncclComm_t comm, cudaStream_t stream) {
   START
-  CHECK_HOST("ncclBcast", stream, buff, nullptr);
-  return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm), nullptr));
+  CHECK_TYPE("ncclBcast");
+  return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclBcast)
@@ -538,10 +542,10 @@ SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
                                     ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
   START
-  CHECK_HOST("ncclReduce", stream, sendbuff, recvbuff);
+  CHECK_TYPE("ncclReduce");
   CHECK_OP("ncclReduce");
   return fromChorus(
-      chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm), nullptr));
+      chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclReduce)
@@ -549,8 +553,8 @@ SHIM_ALIAS(ncclReduce)
 SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
-  CHECK_HOST("ncclAlltoAll", stream, sendbuff, recvbuff);
-  return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm), nullptr));
+  CHECK_TYPE("ncclAlltoAll");
+  return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclAlltoAll)
@@ -558,8 +562,8 @@ SHIM_ALIAS(ncclAlltoAll)
 SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
   START
-  CHECK_HOST("ncclSend", stream, sendbuff, nullptr);
-  return fromChorus(chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), nullptr));
+  CHECK_TYPE("ncclSend");
+  return fromChorus(chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclSend)
@@ -567,8 +571,8 @@ SHIM_ALIAS(ncclSend)
 SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
   START
-  CHECK_HOST("ncclRecv", stream, recvbuff, nullptr);
-  return fromChorus(chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), nullptr));
+  CHECK_TYPE("ncclRecv");
+  return fromChorus(chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), stream));
   END
 }
 SHIM_ALIAS(ncclRecv)

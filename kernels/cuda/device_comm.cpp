@@ -7,12 +7,22 @@
 // handle, address}. When every rank is on this host and there are at most ipc::kMaxRanks of them,
 // each maps the peers' workspaces: the address itself for a rank of the same process (ranks as
 // threads; another device's memory through peer access), cudaIpcOpenMemHandle otherwise. Several
-// ranks may share a GPU. If any rank cannot map every peer, all use the staged path.
+// ranks of one process may share a GPU (their kernels run side by side); ranks of different
+// processes on one GPU take the staged path unless CHORUS_CUDA_SHARED_GPU=ipc (their kernels are
+// time-sliced without MPS). If any rank cannot map every peer, all use the staged path.
+//
+// Threads as ranks: nothing here may wait for the whole device once a peer's kernel can be waiting
+// for this thread (cudaFree, cudaFreeHost, cudaMemcpy on the legacy stream): all allocations happen
+// before set-up's last exchange, staging buffers are pooled and freed only with the communicator,
+// and copies go on the call's stream.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "core/api.hpp"
@@ -97,14 +107,84 @@ struct Event {
   }
 };
 
+// Relaxed stream-capture mode for this thread while it lives: set-up may run while another thread
+// (or this one) captures a graph.
+struct RelaxedCapture {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+};
+
+// The communicator's device current while it lives (one thread may drive several devices).
+struct OnDevice {
+  int previous = -1;
+  explicit OnDevice(int device) {
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous = -1;
+    }
+    if (previous != device && device >= 0) (void)cudaSetDevice(device);
+  }
+  ~OnDevice() {
+    int now = -1;
+    if (previous >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous) (void)cudaSetDevice(previous);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+};
+
+// Tells this process from any other, even in another container with the same pid.
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }();
+  return nonce;
+}
+
+// Pinned staging buffers, reused and freed only with the pool (cudaFreeHost waits for the device).
+class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+ public:
+  explicit PinnedPool(int rank) : rank_(rank) {}
+  /// At least `bytes` of pinned memory until the returned pointer is dropped.
+  std::shared_ptr<Pinned> acquire(size_t bytes) {
+    std::unique_ptr<Pinned> buf;
+    {
+      std::lock_guard lk(mu_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->size() >= bytes && (best == free_.end() || (*it)->size() < (*best)->size())) best = it;
+      }
+      if (best != free_.end()) {
+        buf = std::move(*best);
+        free_.erase(best);
+      }
+    }
+    if (!buf) buf = std::make_unique<Pinned>(std::max<size_t>(bytes, 4096), false, rank_);
+    Pinned* raw = buf.release();
+    return std::shared_ptr<Pinned>(raw, [pool = shared_from_this()](Pinned* p) {
+      std::lock_guard lk(pool->mu_);
+      pool->free_.emplace_back(p);
+    });
+  }
+
+ private:
+  int rank_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Pinned>> free_;
+};
+
 // What each rank tells the others at set-up.
 struct PeerInfo {
   int32_t hasDevice = 0;
-  int32_t pid = 0;
   int32_t device = -1;
   int32_t sms = 0;
   int32_t workspaceOk = 0;
+  int32_t sharedGpuIpc = 0;  // rank 0's CHORUS_CUDA_SHARED_GPU=ipc holds for all
   uint8_t uuid[16] = {};
+  uint64_t process = 0;  // processNonce()
   uint64_t address = 0;
   uint64_t stageBytes = 0;  // rank 0's settings hold for all
   uint64_t llBytes = 0;
@@ -153,7 +233,10 @@ ipc::Kind ipcKind(OpKind k) {
 
 class DeviceComm {
  public:
-  explicit DeviceComm(CommImpl& comm);
+  /// Collective. `device` < 0: the calling thread's current device.
+  DeviceComm(CommImpl& comm, int device);
+  /// Waits for this rank's kernels (after which no peer touches its workspace), then frees.
+  ~DeviceComm();
   DeviceComm(const DeviceComm&) = delete;
   DeviceComm& operator=(const DeviceComm&) = delete;
 
@@ -172,6 +255,12 @@ class DeviceComm {
 
  private:
   void mapPeers(const std::vector<PeerInfo>& info, std::string* why);
+  bool capturing(cudaStream_t stream) const;
+  // Calls on one communicator run in call order even on different streams (as NCCL's do): each
+  // waits for the event recorded after the one before. Not across graph captures: replays of a
+  // captured call must be ordered with this communicator's other calls by the caller.
+  void orderAfterPrevious(cudaStream_t stream);
+  void markDone(cudaStream_t stream);
 
   int rank_;
   int size_;
@@ -184,32 +273,37 @@ class DeviceComm {
   ipc::Layout layout_;
   size_t llMax_ = 0;
   int maxBlocks_ = 1;
-  std::unique_ptr<Pinned> words_;  // [0]: abort flag, [1]: error word (host-mapped on the IPC path)
+  std::unique_ptr<Pinned> words_;  // [0]: abort flag, [1]: error word, host-mapped
   uint32_t* devWords_ = nullptr;
-  Event order_;
-  cudaStream_t last_ = nullptr;
+  Event order_;           // recorded after this rank's latest call (outside captures)
+  bool ordered_ = false;  // order_ has been recorded
+  std::shared_ptr<PinnedPool> pool_;
   std::chrono::milliseconds timeout_{0};
 };
 
-DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) {
+DeviceComm::DeviceComm(CommImpl& comm, int device)
+    : rank_(comm.rank()), size_(comm.size()), pool_(std::make_shared<PinnedPool>(comm.rank())) {
   const EnvConfig& env = envConfig();
+  const RelaxedCapture relaxed;  // every CUDA call below, until the end of set-up
   PeerInfo mine;
-  mine.pid = static_cast<int32_t>(getpid());
+  mine.process = processNonce();
   mine.stageBytes = env.cudaStageBytes;
   mine.llBytes = env.cudaLlBytes;
+  mine.sharedGpuIpc = env.cudaSharedGpuIpc ? 1 : 0;
   // Nothing here throws before the exchange: a rank that cannot take part says why instead, so
   // that its peers fail with that reason rather than wait for it.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // set-up may happen while capturing
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
     (void)cudaGetLastError();
     copyText(mine.why, sizeof mine.why,
              e != cudaSuccess ? strCat("cudaGetDeviceCount: ", cudaText(e)) : std::string("no CUDA device"));
-  } else if (e = cudaGetDevice(&device_); e != cudaSuccess) {
+  } else if (device >= devices) {
+    copyText(mine.why, sizeof mine.why, strCat("device ", device, " was asked for but there are ", devices));
+  } else if (e = device >= 0 ? cudaSetDevice(device) : cudaGetDevice(&device_); e != cudaSuccess) {
     (void)cudaGetLastError();
-    copyText(mine.why, sizeof mine.why, strCat("cudaGetDevice: ", cudaText(e)));
+    copyText(mine.why, sizeof mine.why, strCat("cudaSetDevice/cudaGetDevice: ", cudaText(e)));
   } else {
+    if (device >= 0) device_ = device;
     mine.hasDevice = 1;
     mine.device = device_;
     cudaDeviceProp prop{};
@@ -221,17 +315,10 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
       mine.sms = 1;
     }
   }
-  auto info = std::vector<PeerInfo>{};
-  try {
-    // Rank 0's sizes, known to everyone only after the exchange: allocate after a first one.
-    info = allGather(comm, mine);
-  } catch (...) {
-    (void)cudaThreadExchangeStreamCaptureMode(&mode);
-    throw;
-  }
+  const OnDevice on(device_);
+  auto info = allGather(comm, mine);
   for (int r = 0; r < size_; ++r) {
     if (!info[static_cast<size_t>(r)].hasDevice) {
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
       fail(chorusInvalidUsage, strCat("rank ", rank_,
                                       ": device buffers on this communicator need a CUDA device "
                                       "on every rank, and rank ",
@@ -242,17 +329,35 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
   llMax_ = info[0].llBytes;
   timeout_ = comm.callTimeout().count() > 0 ? comm.callTimeout() : comm.config().timeout;
 
+  // Everyone decides alike, from the same information.
   std::string why;
   bool candidate = size_ <= ipc::kMaxRanks;
   if (!candidate) why = strCat(size_, " ranks (CUDA IPC collectives take at most ", ipc::kMaxRanks, ")");
   const auto& topo = comm.topology();
   for (int r = 0; candidate && r < size_; ++r) {
-    if (topo.ranks[static_cast<size_t>(r)].host != topo.ranks[static_cast<size_t>(rank_)].host) {
+    const PeerInfo& pr = info[static_cast<size_t>(r)];
+    if (topo.ranks[static_cast<size_t>(r)].host != topo.ranks[0].host) {
       candidate = false;
       why = strCat("rank ", r, " is on another host");
     }
+    for (int q = 0; candidate && q < r; ++q) {
+      const PeerInfo& pq = info[static_cast<size_t>(q)];
+      if (pq.process != pr.process && std::memcmp(pq.uuid, pr.uuid, 16) == 0 && !info[0].sharedGpuIpc) {
+        candidate = false;
+        why = strCat("ranks ", q, " and ", r,
+                     " are processes sharing one GPU, whose kernels are time-sliced "
+                     "(CHORUS_CUDA_SHARED_GPU=ipc uses CUDA IPC anyway, e.g. under MPS)");
+      }
+    }
   }
-  // Everyone decides alike (same inputs); a workspace per rank, then the second exchange.
+  // Everything this rank allocates, before the last exchange: once it returns, a peer's kernel may
+  // be waiting for this thread, and some allocations wait for the whole device.
+  words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), true, rank_);
+  std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
+  void* mapped = nullptr;
+  check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
+  devWords_ = static_cast<uint32_t*>(mapped);
+  check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
   if (candidate) {
     PeerInfo& me = mine;
     cudaStream_t s = nullptr;
@@ -270,32 +375,21 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
       me.workspaceOk = 1;
       me.address = reinterpret_cast<uintptr_t>(own_.p);
     }
-    try {
-      info = allGather(comm, me);
-    } catch (...) {
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
-      throw;
-    }
+    info = allGather(comm, me);
     for (int r = 0; candidate && r < size_; ++r) {
       if (!info[static_cast<size_t>(r)].workspaceOk) {
         candidate = false;
         why = info[static_cast<size_t>(r)].why;
       }
     }
-    MapResult mapped;
+    MapResult mapResult;
     if (candidate) {
       std::string mapWhy;
       mapPeers(info, &mapWhy);
-      mapped.ok = mapWhy.empty() ? 1 : 0;
-      copyText(mapped.why, sizeof mapped.why, mapWhy);
+      mapResult.ok = mapWhy.empty() ? 1 : 0;
+      copyText(mapResult.why, sizeof mapResult.why, mapWhy);
     }
-    std::vector<MapResult> all;
-    try {
-      all = allGather(comm, mapped);
-    } catch (...) {
-      (void)cudaThreadExchangeStreamCaptureMode(&mode);
-      throw;
-    }
+    const auto all = allGather(comm, mapResult);
     ipc_ = candidate;
     for (const auto& m : all) {
       if (candidate && !m.ok) {
@@ -305,7 +399,6 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
       }
     }
   }
-  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   if (ipc_) {
     // As many blocks as keep every rank's kernel resident at once on a GPU shared by several.
     maxBlocks_ = ipc::kMaxBlocks;
@@ -316,22 +409,21 @@ DeviceComm::DeviceComm(CommImpl& comm) : rank_(comm.rank()), size_(comm.size()) 
       }
       maxBlocks_ = std::min(maxBlocks_, std::max(1, info[static_cast<size_t>(r)].sms / std::max(1, sharing)));
     }
-    words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), true, rank_);
-    std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
-    void* dev = nullptr;
-    check(cudaHostGetDevicePointer(&dev, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
-    devWords_ = static_cast<uint32_t*>(dev);
-    check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
     logInfo(Subsys::Init, "rank ", rank_, ": device buffers over CUDA IPC on device ", device_, ", ", size_,
             " ranks, up to ", maxBlocks_, " blocks per kernel, stage ", layout_.stageBytes,
             " bytes, LL up to ", llMax_, " bytes");
   } else {
+    // No peer maps this rank's workspace: it can go (cudaFree waits for the device, but no kernel
+    // of this communicator has been launched).
     opened_.reset();
     own_.reset();
-    words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), false, rank_);
-    std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
-    logInfo(Subsys::Init, "rank ", rank_, ": device buffers staged through pinned host memory: ", why);
+    logInfo(Subsys::Init, "rank ", rank_, ": device buffers staged through pinned host memory on device ",
+            device_, ": ", why);
   }
+}
+
+DeviceComm::~DeviceComm() {
+  if (ordered_ && cudaEventSynchronize(order_.e) != cudaSuccess) (void)cudaGetLastError();
 }
 
 void DeviceComm::mapPeers(const std::vector<PeerInfo>& info, std::string* why) {
@@ -342,7 +434,7 @@ void DeviceComm::mapPeers(const std::vector<PeerInfo>& info, std::string* why) {
       ws_[p] = own_.p;
       continue;
     }
-    if (peer.pid == me.pid) {
+    if (peer.process == me.process) {
       // Another rank of this process: its address is valid here.
       if (peer.device != device_) {
         int can = 0;
@@ -375,6 +467,21 @@ void DeviceComm::mapPeers(const std::vector<PeerInfo>& info, std::string* why) {
   }
 }
 
+bool DeviceComm::capturing(cudaStream_t stream) const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), rank_, "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void DeviceComm::orderAfterPrevious(cudaStream_t stream) {
+  if (ordered_) check(cudaStreamWaitEvent(stream, order_.e, 0), rank_, "cudaStreamWaitEvent");
+}
+
+void DeviceComm::markDone(cudaStream_t stream) {
+  check(cudaEventRecord(order_.e, stream), rank_, "cudaEventRecord");
+  ordered_ = true;
+}
+
 chorusResult_t DeviceComm::error(std::string* message) const {
   if (!words_) return chorusSuccess;
   const uint32_t w = reinterpret_cast<const volatile uint32_t*>(words_->get())[1];
@@ -397,16 +504,8 @@ chorusResult_t DeviceComm::error(std::string* message) const {
 
 void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   throwIfFailed();
-  // Calls on one communicator run in call order even on different streams (as NCCL's do).
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capturing), rank_, "cudaStreamIsCapturing");
-  if (last_ && last_ != stream && capturing == cudaStreamCaptureStatusNone) {
-    if (cudaEventRecord(order_.e, last_) == cudaSuccess)
-      check(cudaStreamWaitEvent(stream, order_.e, 0), rank_, "cudaStreamWaitEvent");
-    else
-      (void)cudaGetLastError();  // the previous stream is gone, and its work with it
-  }
-  last_ = stream;
+  const bool captured = capturing(stream);
+  if (!captured) orderAfterPrevious(stream);
   ipc::Call c;
   c.kind = ipcKind(op.kind);
   c.type = op.type;
@@ -427,6 +526,7 @@ void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
   timeout_ = t;  // for the message, should this call time out
   ipc::launch(c, stream);
+  if (!captured) markDone(stream);
 }
 
 // Bytes an operation reads from its send buffer and writes to its receive buffer, on this rank.
@@ -472,9 +572,7 @@ bool within(const void* p, const void* base, size_t bytes) {
 }
 
 void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream_t stream) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capturing), rank_, "cudaStreamIsCapturing");
-  if (capturing != cudaStreamCaptureStatusNone) {
+  if (capturing(stream)) {
     fail(chorusInvalidUsage, strCat("rank ", rank_, ": ", opKindName(op.kind),
                                     " on device buffers is staged through host memory here and cannot be "
                                     "captured in a CUDA graph (only collectives over CUDA IPC can)"));
@@ -483,40 +581,54 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
   // One pinned buffer when the call is in place (one buffer inside the other), else two. A
   // non-root of Reduce still gets a receive buffer (unused, never copied back).
   const size_t outAlloc = op.kind == OpKind::Reduce ? op.count * dataTypeSize(op.type) : outBytes;
-  auto out = std::make_shared<Pinned>(outAlloc, false, rank_);
+  std::shared_ptr<Pinned> out = pool_->acquire(outAlloc);
   std::shared_ptr<Pinned> in;
   std::byte* hostSend = nullptr;
   std::byte* hostRecv = out->get();
   if (inBytes > 0 && within(op.send, op.recv, outBytes)) {
     hostSend = out->get() + (static_cast<const std::byte*>(op.send) - static_cast<const std::byte*>(op.recv));
   } else if (inBytes > 0) {
-    in = std::make_shared<Pinned>(inBytes, false, rank_);
+    in = pool_->acquire(inBytes);
     hostSend = in->get();
     if (outBytes > 0 && within(op.recv, op.send, inBytes)) {
       hostRecv = in->get() + (static_cast<std::byte*>(op.recv) - static_cast<const std::byte*>(op.send));
       out.reset();
     }
   }
-  check(cudaStreamSynchronize(stream), rank_, "cudaStreamSynchronize before a staged call");
-  if (inBytes > 0)
-    check(cudaMemcpy(hostSend, op.send, inBytes, cudaMemcpyDefault), rank_, "staging copy to host");
+  const void* devSend = op.send;
   void* devRecv = op.recv;
   const bool hasRecv = op.recv != nullptr;
   // A non-root of Broadcast passes its receive buffer as the (unread) send buffer.
   op.send = hostSend ? hostSend : (op.send ? hostRecv : nullptr);
   op.recv = hasRecv ? hostRecv : nullptr;
-  const int rank = rank_;
-  auto copyBack = [in, out, hostRecv, devRecv, outBytes, stream, rank] {
-    if (outBytes == 0) return;
-    check(cudaMemcpyAsync(devRecv, hostRecv, outBytes, cudaMemcpyDefault, stream), rank,
-          "staging copy to device");
-    check(cudaStreamSynchronize(stream), rank, "cudaStreamSynchronize after a staged call");
+  // The input once the stream (and this communicator's previous call) has produced it; the output
+  // back on the stream. Both on the call's stream: a copy on the legacy stream would wait for
+  // every blocking stream, a peer's waiting kernel among them.
+  auto copyIn = [this, devSend, hostSend, inBytes, stream] {
+    const OnDevice on(device_);
+    orderAfterPrevious(stream);
+    if (inBytes > 0)
+      check(cudaMemcpyAsync(hostSend, devSend, inBytes, cudaMemcpyDefault, stream), rank_,
+            "staging copy to host");
+    check(cudaStreamSynchronize(stream), rank_, "cudaStreamSynchronize before a staged call");
+  };
+  auto copyBack = [this, in, out, hostRecv, devRecv, outBytes, stream] {
+    const OnDevice on(device_);
+    if (outBytes > 0)
+      check(cudaMemcpyAsync(devRecv, hostRecv, outBytes, cudaMemcpyDefault, stream), rank_,
+            "staging copy to device");
+    markDone(stream);
+    check(cudaStreamSynchronize(stream), rank_, "cudaStreamSynchronize after a staged call");
   };
   if (group::active()) {
+    // At the group's end: kernels launched in the group (for peers driven by this thread too) are
+    // all enqueued by then.
     group::add(comm, std::move(op));
+    group::prepare(std::move(copyIn));
     group::defer(std::move(copyBack));
     return;
   }
+  copyIn();
   comm->runBlocking(op);
   copyBack();
 }
@@ -536,11 +648,12 @@ bool onDevice(const void* p, int device, int rank, const char* what, OpKind kind
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
-DeviceComm& stateOf(CommImpl& comm) {
+// The communicator's device state, set up (collectively) on first use.
+DeviceComm& stateOf(CommImpl& comm, int device = -1) {
   std::lock_guard lk(comm.deviceMutex());
   auto& slot = comm.deviceState();
   if (!slot) {
-    auto d = std::make_shared<DeviceComm>(comm);
+    auto d = std::make_shared<DeviceComm>(comm, device);
     comm.setAbortHook([w = std::weak_ptr<DeviceComm>(d)] {
       if (auto p = w.lock()) p->abortKernels();
     });
@@ -560,6 +673,7 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
   c.checkUsable();
   DeviceComm& d = stateOf(c);
   d.throwIfFailed();
+  const OnDevice on(d.device());
   auto stream = static_cast<cudaStream_t>(streamv);
   if (d.ipc() && kernelKind(op.kind)) {
     const bool sends = op.kind != OpKind::Broadcast || op.root == c.rank();
@@ -574,6 +688,46 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
     }
   }
   d.staged(comm, std::move(op), stream);
+}
+
+void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int* devices) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(comms.size());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        if (devices[i] < 0) failInvalid("rank ", i, ": device ", devices[i], " in devlist is negative");
+        stateOf(*comms[i], devices[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        comms[i]->abort();  // the others' set-up fails at once instead of waiting
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+void* implicitStream(const Op& op) {
+  static const bool haveDevice = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    (void)cudaGetLastError();
+    return ok;
+  }();
+  if (!haveDevice) return nullptr;
+  auto isDevice = [](const void* p) {
+    if (p == nullptr) return false;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attr.type == cudaMemoryTypeDevice;
+  };
+  return isDevice(op.send) || isDevice(op.recv) ? static_cast<void*>(cudaStreamLegacy) : nullptr;
 }
 
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {

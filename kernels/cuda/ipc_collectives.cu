@@ -60,7 +60,7 @@ __device__ __forceinline__ Signals* signalsOf(const Args& a, int r) {
 
 // Barrier `k` of kernel `seq` between block blockIdx.x of every rank. Thread t < nranks signals
 // peer t and waits for it. False (for every thread of the block) once any wait failed.
-__device__ bool barrier(const Args& a, int& failed, uint32_t seq, uint32_t& k) {
+__device__ bool barrier(const Args& a, int& failed, uint64_t seq, uint32_t& k) {
   const uint64_t v = barrierValue(seq, k++);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
@@ -85,22 +85,23 @@ __device__ bool barrier(const Args& a, int& failed, uint32_t seq, uint32_t& k) {
 }
 
 // The number of this kernel on this rank's workspace (read by every block before any finishes).
-__device__ __forceinline__ uint32_t kernelSeq(const Args& a) {
-  __shared__ uint32_t sSeq;
-  if (threadIdx.x == 0) sSeq = *reinterpret_cast<volatile uint32_t*>(&signalsOf(a, a.step.rank)->seq);
+__device__ __forceinline__ uint64_t kernelSeq(const Args& a) {
+  __shared__ uint64_t sSeq;
+  if (threadIdx.x == 0)
+    sSeq = *reinterpret_cast<volatile unsigned long long*>(&signalsOf(a, a.step.rank)->seq);
   __syncthreads();
   return sSeq;
 }
 
 // The last block to finish numbers the next kernel on this workspace.
-__device__ void finish(const Args& a, uint32_t seq) {
+__device__ void finish(const Args& a, uint64_t seq) {
   __syncthreads();
   if (threadIdx.x == 0) {
     Signals* self = signalsOf(a, a.step.rank);
     __threadfence();
     if (atomicAdd(&self->done, 1u) == gridDim.x - 1) {
       atomicExch(&self->done, 0u);
-      atomicExch(&self->seq, seq + 1);
+      atomicExch(&self->seq, static_cast<unsigned long long>(seq + 1));
       __threadfence();
     }
   }
@@ -156,6 +157,13 @@ struct DeviceMemOps {
       *reinterpret_cast<uint4*>(dst) = __ldcg(reinterpret_cast<const uint4*>(src));
     } else if (n == 8 && aligned(dst, 8) && aligned(src, 8)) {
       *reinterpret_cast<uint2*>(dst) = __ldcg(reinterpret_cast<const uint2*>(src));
+    } else if (n % 4 == 0 && aligned(dst, 4) && aligned(src, 4)) {
+      for (size_t i = 0; i < n; i += 4)
+        *reinterpret_cast<unsigned*>(dst + i) = __ldcg(reinterpret_cast<const unsigned*>(src + i));
+    } else if (n % 2 == 0 && aligned(dst, 2) && aligned(src, 2)) {
+      for (size_t i = 0; i < n; i += 2)
+        *reinterpret_cast<unsigned short*>(dst + i) =
+            __ldcg(reinterpret_cast<const unsigned short*>(src + i));
     } else {
       for (size_t i = 0; i < n; ++i) dst[i] = src[i];
     }
@@ -166,6 +174,8 @@ struct DeviceMemOps {
       *reinterpret_cast<uint4*>(dst) = asU4(v);
     } else if (n == 8 && aligned(dst, 8)) {
       *reinterpret_cast<uint2*>(dst) = make_uint2(v.u[0], v.u[1]);
+    } else if (n % 4 == 0 && aligned(dst, 4)) {
+      for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<unsigned*>(dst)[i] = v.u[i];
     } else {
       const Byte* b = reinterpret_cast<const Byte*>(&v);
       for (size_t i = 0; i < n; ++i) dst[i] = b[i];
@@ -214,7 +224,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) simpleKernel(Args a) {
   __shared__ int sFailed;
   if (threadIdx.x == 0) sFailed = 0;
-  const uint32_t seq = kernelSeq(a);  // synchronizes the block
+  const uint64_t seq = kernelSeq(a);  // synchronizes the block
   const int half = static_cast<int>(seq & 1);
   uint32_t k = 0;
   const StepArgs& s = a.step;
@@ -229,15 +239,16 @@ __global__ void __launch_bounds__(kThreads) simpleKernel(Args a) {
       if (!barrier(a, sFailed, seq, k)) break;
       simpleGather(s, half, p, i, n, m);
     }
-    // The next piece overwrites the stages (the next kernel uses the other half).
-    if (p + 1 < s.plan.pieces && !barrier(a, sFailed, seq, k)) break;
+    // The next piece overwrites the stages; after the last one, no peer may read this rank's
+    // workspace once its kernel has completed (the next kernel uses the other half anyway).
+    if (!barrier(a, sFailed, seq, k)) break;
   }
   finish(a, seq);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) llKernel(Args a) {
-  const uint32_t seq = kernelSeq(a);
+  const uint64_t seq = kernelSeq(a);
   const size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
   const size_t n = static_cast<size_t>(gridDim.x) * kThreads;
   DeviceMemOps<T> m{a};

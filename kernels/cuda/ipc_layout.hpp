@@ -7,6 +7,8 @@
 //   [Signals] [LL area: 2 parities x kMaxRanks sources x llLines x 16 B] [Simple: 2 halves x (stage, result)]
 // - Signals::flag[b][p] is written by block b of peer p (a barrier value that only grows);
 //   Signals::seq counts the kernels run on the workspace; the last block of each kernel bumps it.
+//   Every Simple kernel ends with a barrier, so once a rank's kernel has completed no peer touches
+//   its workspace for that call (a communicator can then be destroyed once its kernels are done).
 // - LL (low latency, NCCL's LL is the model): 16-byte lines {data0, flag, data1, flag} written
 //   straight into every peer's slot for this rank; a reader polls its own memory until both flags
 //   equal the kernel's. Slots alternate by the parity of seq.
@@ -35,8 +37,8 @@ inline constexpr size_t kLineData = 8;
 
 struct Signals {
   uint64_t flag[kMaxBlocks][kMaxRanks];
-  uint32_t seq;
-  uint32_t done;
+  unsigned long long seq;  // 64 bits: barrier values built from it never wrap
+  unsigned int done;
 };
 inline constexpr size_t kSignalsBytes = 4096;
 static_assert(sizeof(Signals) <= kSignalsBytes);
@@ -138,12 +140,14 @@ CHORUS_HD constexpr int llBlocks(size_t bytes, int maxBlocks) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
 }
 
-/// Barrier value of barrier `k` (0-based) of the kernel numbered `seq`: grows across kernels and
-/// within one, never 0.
-CHORUS_HD constexpr uint64_t barrierValue(uint32_t seq, uint32_t k) {
-  return (static_cast<uint64_t>(seq) << 24) + k + 1;
+/// Barrier value of barrier `k` (0-based, k < 2^24) of the kernel numbered `seq`: grows across
+/// kernels and within one (for 2^40 kernels), never 0.
+CHORUS_HD constexpr uint64_t barrierValue(uint64_t seq, uint32_t k) { return (seq << 24) + k + 1; }
+/// LL flag of the kernel numbered `seq` (never 0, the value of a fresh workspace). A slot holds
+/// lines of the kernels of its parity only, so a stale line matches only 2^32 kernels later.
+CHORUS_HD constexpr uint32_t llFlag(uint64_t seq) {
+  const auto f = static_cast<uint32_t>(seq + 1);
+  return f == 0 ? 1 : f;
 }
-/// LL flag of the kernel numbered `seq` (never 0, the value of a fresh workspace).
-CHORUS_HD constexpr uint32_t llFlag(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
 
 }  // namespace chorus::kernels::cuda::ipc

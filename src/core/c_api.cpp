@@ -76,9 +76,10 @@ chorusResult_t guarded(const chorusComm* comm, F&& body) {
 DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
 ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
 
-// A NULL stream: host buffers, run to completion (or queued in the current group). Otherwise
-// device buffers, enqueued on the stream (core/device.hpp).
+// A NULL stream and host buffers: run to completion (or queued in the current group). Otherwise
+// device buffers, enqueued on the stream (NULL: the legacy default stream; core/device.hpp).
 void dispatch(std::shared_ptr<CommImpl> impl, void* stream, Op op) {
+  if (stream == nullptr) stream = device::implicitStream(op);  // NCCL's stream 0 with device buffers
   if (stream != nullptr)
     device::enqueue(impl, std::move(op), stream);
   else
@@ -172,11 +173,13 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
 }
 
 chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist) {
-  (void)devlist;
   return guarded(nullptr, [&] {
     if (!comms) failInvalid("chorusCommInitAll: comms is NULL");
     if (ndev < 1) failInvalid("chorusCommInitAll: ndev ", ndev, " must be at least 1");
     auto impls = CommImpl::createLocal(ndev, Config{});
+    // With a device list, rank i runs device calls on devlist[i], set up now: one thread may then
+    // drive every rank in a group, as with NCCL.
+    if (devlist) device::bindDevices(impls, devlist);
     for (int i = 0; i < ndev; ++i) comms[i] = newHandle(std::move(impls[static_cast<size_t>(i)]));
   });
 }

@@ -145,7 +145,8 @@ void Communicator::reduceScatter(const void* send, void* recv, size_t recvCount,
                                  CudaStream stream) {
   onStream(impl_, makeOp(OpKind::ReduceScatter, send, recv, recvCount, type, op), stream);
 }
-void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type, CudaStream stream) {
+void Communicator::allGather(const void* send, void* recv, size_t sendCount, DataType type,
+                             CudaStream stream) {
   onStream(impl_, makeOp(OpKind::AllGather, send, recv, sendCount, type), stream);
 }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root,

@@ -131,6 +131,15 @@ EnvConfig readEnv() {
       c.cudaLlBytes = *b;
     }
   }
+  // CHORUS_CUDA_SHARED_GPU: "staged" (default) or "ipc": how processes sharing one GPU exchange
+  // device buffers (their kernels are time-sliced unless MPS runs them side by side).
+  if (const char* v = std::getenv("CHORUS_CUDA_SHARED_GPU")) {
+    const std::string s = v;
+    if (s == "ipc")
+      c.cudaSharedGpuIpc = true;
+    else if (s != "staged")
+      note(strCat("CHORUS_CUDA_SHARED_GPU='", v, "' must be staged or ipc"));
+  }
   // CHORUS_NT_STORE_BYTES: outputs of at least this many bytes per rank bypass the cache when the
   // direct algorithms write them (default 4M; "inf" never).
   if (const char* v = std::getenv("CHORUS_NT_STORE_BYTES")) {

@@ -41,6 +41,8 @@ struct EnvConfig {
   /// as large) and the largest allreduce sent with the LL protocol.
   size_t cudaStageBytes = size_t{8} << 20;
   size_t cudaLlBytes = size_t{64} << 10;
+  /// Processes sharing a GPU use CUDA IPC anyway (CHORUS_CUDA_SHARED_GPU=ipc; default: staged).
+  bool cudaSharedGpuIpc = false;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;

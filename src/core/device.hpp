@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "chorus/chorus.hpp"
 #include "core/op.hpp"
@@ -23,6 +24,14 @@ bool built();
 /// through pinned host memory and returns when done. Inside a group, kernels are enqueued at once and
 /// staged operations join the group. Throws chorus::Error.
 void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream);
+
+/// Sets up device-buffer calls of `comms` (ranks of this process, as chorusCommInitAll makes them)
+/// on devices[i] each, together. Throws chorus::Error.
+void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int* devices);
+
+/// For a call without a stream (NCCL's stream 0): the legacy default stream when a buffer is device
+/// memory, so that it runs as a device call; nullptr (host buffers) otherwise.
+void* implicitStream(const Op& op);
 
 /// The failure a device kernel of `comm` reported (chorusSuccess if none); its text in `message`.
 chorusResult_t asyncError(CommImpl& comm, std::string* message);

@@ -14,6 +14,19 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream) {
                                      "(pass a NULL stream for host buffers)"));
 }
 
+void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int* devices) {
+  (void)comms;
+  (void)devices;
+  fail(chorusInvalidUsage,
+       "chorusCommInitAll: a device list was given but this build of Chorus has no CUDA "
+       "support (pass NULL for host buffers)");
+}
+
+void* implicitStream(const Op& op) {
+  (void)op;
+  return nullptr;
+}
+
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {
   (void)comm;
   (void)message;

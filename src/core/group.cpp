@@ -11,6 +11,7 @@ namespace {
 struct State {
   int depth = 0;
   std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops;
+  std::vector<std::function<void()>> prepared;
   std::vector<std::function<void()>> deferred;
 };
 thread_local State tState;
@@ -23,6 +24,8 @@ bool active() { return tState.depth > 0; }
 
 void add(std::shared_ptr<CommImpl> comm, Op op) { tState.ops.emplace_back(std::move(comm), std::move(op)); }
 
+void prepare(std::function<void()> fn) { tState.prepared.push_back(std::move(fn)); }
+
 void defer(std::function<void()> fn) { tState.deferred.push_back(std::move(fn)); }
 
 void start() { ++tState.depth; }
@@ -32,8 +35,11 @@ void end() {
   if (--tState.depth > 0) return;
   auto ops = std::move(tState.ops);
   tState.ops.clear();
+  auto prepared = std::move(tState.prepared);
+  tState.prepared.clear();
   auto deferred = std::move(tState.deferred);
   tState.deferred.clear();
+  for (auto& fn : prepared) fn();
   runGroup(std::move(ops));
   for (auto& fn : deferred) fn();
 }

@@ -28,7 +28,8 @@ TEST(DeviceCalls, WithoutAUsableGpuEveryRankGetsTheCause) {
     threads.emplace_back([&, r] {
       std::vector<float> buf(64, 1.0f);
       void* fakeStream = reinterpret_cast<void*>(uintptr_t{0x1000});  // never used: no device to use it on
-      codes[r] = chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, comms[r], fakeStream);
+      codes[r] =
+          chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, comms[r], fakeStream);
       errors[r] = chorusGetLastError(comms[r]);
       // The communicator still runs host calls.
       if (chorusAllReduce(buf.data(), buf.data(), buf.size(), chorusFloat32, chorusSum, comms[r], nullptr) ==

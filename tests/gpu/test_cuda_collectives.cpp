@@ -23,15 +23,15 @@
 namespace chorus {
 namespace {
 
-#define CUDA_OK(call)                                                                 \
-  do {                                                                                \
-    const cudaError_t e_ = (call);                                                    \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);            \
+#define CUDA_OK(call)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (call);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_); \
   } while (0)
-#define CHORUS_OK(call, comm)                                                         \
-  do {                                                                                \
-    const chorusResult_t r_ = (call);                                                 \
-    ASSERT_EQ(r_, chorusSuccess) << #call << ": " << chorusGetLastError(comm);        \
+#define CHORUS_OK(call, comm)                                                  \
+  do {                                                                         \
+    const chorusResult_t r_ = (call);                                          \
+    ASSERT_EQ(r_, chorusSuccess) << #call << ": " << chorusGetLastError(comm); \
   } while (0)
 
 class DeviceCollectives : public ::testing::Test {
@@ -39,7 +39,8 @@ class DeviceCollectives : public ::testing::Test {
   void SetUp() override {
     std::string why;
     if (kernels::cuda::deviceCount(&why) == 0)
-      GTEST_SKIP() << "no CUDA device here (" << why << "); tests/gpu/run.sh runs these on a machine with one";
+      GTEST_SKIP() << "no CUDA device here (" << why
+                   << "); tests/gpu/run.sh runs these on a machine with one";
   }
 };
 
@@ -63,7 +64,9 @@ void onRanks(int n, const std::function<void(int, chorusComm_t, cudaStream_t)>& 
 }
 
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t bytes) : bytes(bytes) { EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 1), cudaSuccess); }
+  explicit DeviceBuffer(size_t bytes) : bytes(bytes) {
+    EXPECT_EQ(cudaMalloc(&p, bytes ? bytes : 1), cudaSuccess);
+  }
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -122,14 +125,15 @@ std::string firstDifference(const std::vector<std::byte>& got, const std::vector
 
 enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll };
 const char* collName(Coll c) {
-  static const char* names[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "alltoall"};
+  static const char* names[] = {"allreduce", "reduce_scatter", "all_gather",
+                                "broadcast", "reduce",         "alltoall"};
   return names[static_cast<int>(c)];
 }
 
 // One call on every rank, in or out of place, checked exactly on every rank that has a result.
 void checkCollective(int n, Coll coll, size_t count, DataType type, ReduceOp op, bool inPlace) {
-  SCOPED_TRACE(std::string(collName(coll)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) + " " +
-               dataTypeName(type) + " " + reduceOpName(op) + (inPlace ? " in place" : ""));
+  SCOPED_TRACE(std::string(collName(coll)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
+               " " + dataTypeName(type) + " " + reduceOpName(op) + (inPlace ? " in place" : ""));
   const size_t e = dataTypeSize(type);
   const auto N = static_cast<size_t>(n);
   const int root = n - 1;
@@ -283,7 +287,8 @@ TEST_F(DeviceCollectives, CapturedInAGraphReplaysCorrectly) {
     CUDA_OK(cudaStreamEndCapture(s, &graph));
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     for (int replay = 0; replay < 3; ++replay) {
-      std::vector<float> a(count, static_cast<float>(r + replay)), b(small, static_cast<float>(2 * r + replay));
+      std::vector<float> a(count, static_cast<float>(r + replay)),
+          b(small, static_cast<float>(2 * r + replay));
       CUDA_OK(cudaMemcpyAsync(big.get(), a.data(), count * 4, cudaMemcpyHostToDevice, s));
       CUDA_OK(cudaMemcpyAsync(little.get(), b.data(), small * 4, cudaMemcpyHostToDevice, s));
       CUDA_OK(cudaGraphLaunch(exec, s));
@@ -357,14 +362,17 @@ TEST_F(DeviceCollectives, AbortStopsAWaitingKernel) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
   std::thread peer([&] {
     cudaSetDevice(0);
-    EXPECT_EQ(chorusAllReduce(buf1.get(), buf1.get(), 1024, chorusFloat32, chorusSum, comms[1], s1), chorusSuccess);
+    EXPECT_EQ(chorusAllReduce(buf1.get(), buf1.get(), 1024, chorusFloat32, chorusSum, comms[1], s1),
+              chorusSuccess);
     cudaStreamSynchronize(s1);
   });
-  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0), chorusSuccess);
+  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0),
+            chorusSuccess);
   cudaStreamSynchronize(s0);
   peer.join();
   // Rank 0 waits for a rank 1 that never comes (timeout 300 s); aborting stops it at once.
-  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0), chorusSuccess);
+  ASSERT_EQ(chorusAllReduce(buf0.get(), buf0.get(), 1024, chorusFloat32, chorusSum, comms[0], s0),
+            chorusSuccess);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(chorusCommAbort(comms[0]), chorusSuccess);
