@@ -1,5 +1,5 @@
 /*
- * Chorus C API: collective communication over host (and, later, device) memory.
+ * Chorus C API: collective communication over host and CUDA device memory.
  *
  * NCCL-shaped: the same call shapes and argument order as nccl.h with the prefix `chorus`.
  * Every call returns a chorusResult_t; on failure chorusGetLastError() (per thread) and
@@ -8,6 +8,14 @@
  *
  * Host buffers: pass a NULL stream; the call returns when the operation is complete
  * (or, between chorusGroupStart and chorusGroupEnd, when the group completes).
+ *
+ * Device buffers (builds with CUDA; docs/gpu.md): pass the cudaStream_t (NULL with device buffers
+ * means the legacy default stream, as NCCL's stream 0). The call is enqueued on the stream and
+ * returns, as with NCCL; calls on one communicator run in call order, even on different streams;
+ * collectives between the ranks of one host can be captured in a CUDA graph. Operations that are
+ * staged through host memory (other hosts, all-to-all, send/receive) return when done. A kernel that
+ * waits past the timeout for a peer, or is stopped by chorusCommAbort, reports it through
+ * chorusCommGetAsyncError. Every rank makes the same calls with the same kind of memory.
  *
  * This header compiles as C99 and as C++.
  */
@@ -121,7 +129,9 @@ CHORUS_API chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, cho
                                              int rank);
 
 /** Creates `ndev` communicators in this process, one rank per thread of the caller's choosing
- *  (ranks 0..ndev-1). `devlist` is accepted for NCCL compatibility and may be NULL. */
+ *  (ranks 0..ndev-1). `devlist` NULL: host buffers (device calls then use the calling thread's
+ *  device). Otherwise rank i's device calls run on CUDA device devlist[i], set up now, so that one
+ *  thread may drive every rank in a group (builds without CUDA refuse a devlist). */
 CHORUS_API chorusResult_t chorusCommInitAll(chorusComm_t* comms, int ndev, const int* devlist);
 
 /** Joins the job described by the environment: CHORUS_RANK/CHORUS_WORLD_SIZE/CHORUS_STORE_ADDR
@@ -161,7 +171,7 @@ CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResul
 CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
 
-/* ---- Collectives. `stream` must be NULL for host buffers. ---------------------------------- */
+/* ---- Collectives. `stream`: NULL for host buffers, a cudaStream_t for device buffers. ------ */
 
 /** recvbuff[i] = op over ranks of sendbuff[i], count elements. In place when sendbuff == recvbuff. */
 CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,

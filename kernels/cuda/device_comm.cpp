@@ -290,8 +290,8 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
   mine.stageBytes = env.cudaStageBytes;
   mine.llBytes = env.cudaLlBytes;
   mine.sharedGpuIpc = env.cudaSharedGpuIpc ? 1 : 0;
-  // Nothing here throws before the exchange: a rank that cannot take part says why instead, so
-  // that its peers fail with that reason rather than wait for it.
+  // A rank without a device fails at once (its peers, if they have one, time out in set-up); other
+  // failures are told to the peers through the exchanges, so that all fail with the reason.
   int devices = 0;
   if (cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0) {
     (void)cudaGetLastError();
@@ -315,16 +315,11 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
       mine.sms = 1;
     }
   }
+  if (!mine.hasDevice)
+    fail(chorusInvalidUsage,
+         strCat("rank ", rank_, ": device buffers (a stream was given) need a CUDA device: ", mine.why));
   const OnDevice on(device_);
   auto info = allGather(comm, mine);
-  for (int r = 0; r < size_; ++r) {
-    if (!info[static_cast<size_t>(r)].hasDevice) {
-      fail(chorusInvalidUsage, strCat("rank ", rank_,
-                                      ": device buffers on this communicator need a CUDA device "
-                                      "on every rank, and rank ",
-                                      r, " has none: ", info[static_cast<size_t>(r)].why));
-    }
-  }
   layout_ = ipc::makeLayout(info[0].stageBytes, info[0].llBytes);
   llMax_ = info[0].llBytes;
   timeout_ = comm.callTimeout().count() > 0 ? comm.callTimeout() : comm.config().timeout;

@@ -11,6 +11,7 @@
 
 #include "api_test_util.hpp"
 #include "chorus/chorus.h"
+#include "core/device.hpp"
 
 using chorus::apitest::mentions;
 
@@ -175,12 +176,16 @@ TEST_F(BadInput, CountOverflow) {
   expectStillWorks();
 }
 
-TEST_F(BadInput, NonNullStream) {
+// A stream means device buffers: without a usable GPU (hidden here, so that the test means the same
+// everywhere) or without CUDA in the build, each rank is refused at once, saying why.
+TEST_F(BadInput, StreamWithoutAGpu) {
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
   int fakeStream = 0;
+  const chorusResult_t code = chorus::device::built() ? chorusInvalidUsage : chorusInvalidArgument;
   expectError(
       chorusAllReduce(send_.data(), recv_.data(), kCount, chorusFloat32, chorusSum, comms_[0], &fakeStream),
-      chorusInvalidArgument, {"stream"}, comms_[0]);
-  expectError(chorusBarrier(comms_[1], &fakeStream), chorusInvalidArgument, {"stream"}, comms_[1]);
+      code, {"CUDA", "rank 0"}, comms_[0]);
+  expectError(chorusBarrier(comms_[1], &fakeStream), code, {"CUDA", "rank 1"}, comms_[1]);
   expectStillWorks();
 }
 

@@ -14,7 +14,7 @@
 #      streams, timeout and abort, staged operations
 #   4. chorus-cuda-bench: reduction GB/s against a device-to-device copy of the same bytes
 #   5. chorus-perf --memory cuda: all_reduce, reduce_scatter, all_gather, 2, 4 and 8 ranks (threads)
-#      on the one GPU; then all_reduce with 2 processes (CUDA IPC handles between processes)
+#      on the one GPU; then all_reduce with 2 processes, staged and over CUDA IPC handles
 #   6. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
 # The timeouts add up to 550 s, under the device tool's 600 s per command. It writes
 # $OUT/summary.md.
@@ -89,8 +89,10 @@ for coll in all_reduce reduce_scatter all_gather; do
     perf "perf_${coll}_${n}.txt" 20 "$bin/chorus-perf" "$coll" -t "$n" --memory cuda -b 8 -e 128M -f 4 -w 5 -n 20
   done
 done
-step "chorus-perf --memory cuda, 2 processes on one GPU (CUDA IPC between processes; time-sliced)"
-perf perf_procs.txt 40 "$bin/chorusrun" -n 2 "$bin/chorus-perf" all_reduce --memory cuda -b 8 -e 1M -f 16 -w 2 -n 5
+step "chorus-perf --memory cuda, 2 processes on one GPU: staged (default), then CUDA IPC (time-sliced)"
+perf perf_procs.txt 20 "$bin/chorusrun" -n 2 "$bin/chorus-perf" all_reduce --memory cuda -b 8 -e 1M -f 16 -w 2 -n 5
+perf perf_procs_ipc.txt 20 env CHORUS_CUDA_SHARED_GPU=ipc \
+  "$bin/chorusrun" -n 2 "$bin/chorus-perf" all_reduce --memory cuda -b 8 -e 1M -f 16 -w 2 -n 5
 
 step "NCCL single-rank all_reduce via PyTorch (baseline)"
 timeout 30 python3 - >> "$OUT/summary.md" 2> "$OUT/baseline.err" <<'PY' || echo "(baseline skipped: see baseline.err)" >> "$OUT/summary.md"
