@@ -375,9 +375,12 @@ class Bench {
   void toDevice(const Shape& shape, const TypeDesc& type) {
 #if CHORUS_PERF_CUDA
     if (!dev_) return;
+    // On the rank's stream: a copy on the legacy stream could race the kernels (ranks' streams do not
+    // wait for it), and a device-wide wait could wait for a peer's kernel that waits for this rank.
     const size_t bytes = std::max(shape.sendElems, shape.recvElems) * type.size;
-    cu::copyToDevice(dev_->send, send_.data(), bytes);
-    cu::copyToDevice(dev_->recv, recv_.data(), bytes);
+    cu::copyAsync(dev_->send, send_.data(), bytes, dev_->stream);
+    cu::copyAsync(dev_->recv, recv_.data(), bytes, dev_->stream);
+    cu::streamSynchronize(dev_->stream);
 #else
     (void)shape;
     (void)type;
@@ -386,8 +389,9 @@ class Bench {
   void fromDevice(const Shape& shape, const TypeDesc& type) {
 #if CHORUS_PERF_CUDA
     if (!dev_) return;
+    cu::copyAsync(recv_.data(), dev_->recv, std::max(shape.sendElems, shape.recvElems) * type.size,
+                  dev_->stream);
     cu::streamSynchronize(dev_->stream);
-    cu::copyToHost(recv_.data(), dev_->recv, std::max(shape.sendElems, shape.recvElems) * type.size);
 #else
     (void)shape;
     (void)type;

@@ -2,8 +2,9 @@
 //
 // Programs and frameworks that load libnccl.so.2 run on Chorus unchanged. As an extension, host
 // buffers with a NULL stream work (real NCCL rejects them), so the library is usable without a GPU.
-// Device buffers and streams go to Chorus's device path (docs/gpu.md), except for gather and
-// scatter, which refuse them, as do the few functions listed in docs/frameworks.md.
+// Device buffers and streams go to Chorus's device path (docs/gpu.md; stream 0 with device buffers
+// as the per-thread default stream), except for gather and scatter, which refuse them, as do the few
+// functions listed in docs/frameworks.md.
 #include <dlfcn.h>
 #include <nccl.h>
 
@@ -295,6 +296,14 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* 
   START
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
   static_assert(sizeof(ncclComm_t) == sizeof(chorusComm_t), "handles have the same size");
+  // NCCL's NULL devlist means devices 0..ndev-1: bound now where there is a GPU, so that one thread
+  // can then drive every rank in a group. Without a GPU, host buffers.
+  std::vector<int> devices;
+  std::call_once(gCudaOnce, loadCuda);
+  if (!devlist && ndev > 0 && gPointerAttr.load() != nullptr) {
+    for (int i = 0; i < ndev; ++i) devices.push_back(i);
+    devlist = devices.data();
+  }
   return fromChorus(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
   END
 }
@@ -472,12 +481,18 @@ SHIM_ALIAS(ncclGroupSimulateEnd)
     if (!hostOnly(call, stream, a, b, &out_)) return out_; \
     if (!typeOk(call, datatype, &out_)) return out_;       \
   } while (0)
-// Host buffers (NULL stream) or device buffers on a stream: Chorus takes both.
+// Host buffers (NULL stream) or device buffers on a stream: Chorus takes both. NCCL's stream 0 with
+// device buffers becomes the per-thread default stream (Chorus reads NULL as host buffers; the
+// legacy stream would serialize ranks that are threads sharing a GPU).
 #define CHECK_TYPE(call)                             \
   do {                                               \
     ncclResult_t out_;                               \
     if (!typeOk(call, datatype, &out_)) return out_; \
   } while (0)
+cudaStream_t streamFor(cudaStream_t stream, const void* a, const void* b) {
+  if (stream == nullptr && (isDeviceMemory(a) || isDeviceMemory(b))) return cudaStreamPerThread;
+  return stream;
+}
 #define CHECK_OP(call)                       \
   do {                                       \
     ncclResult_t out_;                       \
@@ -493,7 +508,8 @@ SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
   START
   CHECK_TYPE("ncclAllReduce");
   CHECK_OP("ncclAllReduce");
-  return fromChorus(chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm), stream));
+  return fromChorus(chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm),
+                                    streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclAllReduce)
@@ -504,8 +520,8 @@ SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
   START
   CHECK_TYPE("ncclReduceScatter");
   CHECK_OP("ncclReduceScatter");
-  return fromChorus(
-      chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm), stream));
+  return fromChorus(chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm),
+                                        streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclReduceScatter)
@@ -514,7 +530,8 @@ SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
   CHECK_TYPE("ncclAllGather");
-  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm), stream));
+  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm),
+                                    streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclAllGather)
@@ -524,7 +541,8 @@ SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
                                        cudaStream_t stream) {
   START
   CHECK_TYPE("ncclBroadcast");
-  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm), stream));
+  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm),
+                                    streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclBroadcast)
@@ -533,7 +551,8 @@ SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t data
                                    ncclComm_t comm, cudaStream_t stream) {
   START
   CHECK_TYPE("ncclBcast");
-  return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm), stream));
+  return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm),
+                                    streamFor(stream, buff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclBcast)
@@ -544,8 +563,8 @@ SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
   START
   CHECK_TYPE("ncclReduce");
   CHECK_OP("ncclReduce");
-  return fromChorus(
-      chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm), stream));
+  return fromChorus(chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm),
+                                 streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclReduce)
@@ -554,7 +573,8 @@ SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size
                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
   CHECK_TYPE("ncclAlltoAll");
-  return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm), stream));
+  return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm),
+                                   streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclAlltoAll)
@@ -563,7 +583,8 @@ SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataTy
                                   ncclComm_t comm, cudaStream_t stream) {
   START
   CHECK_TYPE("ncclSend");
-  return fromChorus(chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), stream));
+  return fromChorus(
+      chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), streamFor(stream, sendbuff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclSend)
@@ -572,7 +593,8 @@ SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t d
                                   ncclComm_t comm, cudaStream_t stream) {
   START
   CHECK_TYPE("ncclRecv");
-  return fromChorus(chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), stream));
+  return fromChorus(
+      chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), streamFor(stream, recvbuff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclRecv)

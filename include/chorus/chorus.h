@@ -9,8 +9,8 @@
  * Host buffers: pass a NULL stream; the call returns when the operation is complete
  * (or, between chorusGroupStart and chorusGroupEnd, when the group completes).
  *
- * Device buffers (builds with CUDA; docs/gpu.md): pass the cudaStream_t (NULL with device buffers
- * means the legacy default stream, as NCCL's stream 0). The call is enqueued on the stream and
+ * Device buffers (builds with CUDA; docs/gpu.md): pass a cudaStream_t (cudaStreamPerThread for a
+ * default stream: NULL always means host buffers here). The call is enqueued on the stream and
  * returns, as with NCCL; calls on one communicator run in call order, even on different streams;
  * collectives between the ranks of one host can be captured in a CUDA graph. Operations that are
  * staged through host memory (other hosts, all-to-all, send/receive) return when done. A kernel that

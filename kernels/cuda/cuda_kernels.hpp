@@ -30,6 +30,9 @@ void deviceFree(void* p) noexcept;
 void copyToDevice(void* dst, const void* src, size_t bytes);
 void copyToHost(void* dst, const void* src, size_t bytes);
 void copyOnDevice(void* dst, const void* src, size_t bytes, void* stream);
+/// Copies ordered on `stream` (for host memory the runtime may return before the transfer is done:
+/// synchronize the stream before reading or reusing the host side).
+void copyAsync(void* dst, const void* src, size_t bytes, void* stream);
 void synchronize();
 /// cudaSetDevice; a new non-blocking stream; waiting for one; destroying one.
 void setDevice(int device);

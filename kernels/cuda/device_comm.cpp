@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -183,6 +184,7 @@ struct PeerInfo {
   int32_t sms = 0;
   int32_t workspaceOk = 0;
   int32_t sharedGpuIpc = 0;  // rank 0's CHORUS_CUDA_SHARED_GPU=ipc holds for all
+  int32_t setUpOk = 0;       // this rank's own allocations succeeded
   uint8_t uuid[16] = {};
   uint64_t process = 0;  // processNonce()
   uint64_t address = 0;
@@ -278,7 +280,7 @@ class DeviceComm {
   Event order_;           // recorded after this rank's latest call (outside captures)
   bool ordered_ = false;  // order_ has been recorded
   std::shared_ptr<PinnedPool> pool_;
-  std::chrono::milliseconds timeout_{0};
+  std::atomic<int64_t> timeoutMs_{0};  // of the latest call, for the message (read by other threads)
 };
 
 DeviceComm::DeviceComm(CommImpl& comm, int device)
@@ -319,10 +321,29 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
     fail(chorusInvalidUsage,
          strCat("rank ", rank_, ": device buffers (a stream was given) need a CUDA device: ", mine.why));
   const OnDevice on(device_);
+  // Everything this rank allocates but the workspace, before the first exchange, so that a failure
+  // reaches every rank (and because once set-up's last exchange returns a peer's kernel may wait
+  // for this thread, while some allocations wait for the whole device).
+  try {
+    words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), true, rank_);
+    std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
+    void* mapped = nullptr;
+    check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
+    devWords_ = static_cast<uint32_t*>(mapped);
+    check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
+    mine.setUpOk = 1;
+  } catch (const Error& e) {
+    copyText(mine.why, sizeof mine.why, e.what());
+  }
   auto info = allGather(comm, mine);
+  for (int r = 0; r < size_; ++r) {
+    if (!info[static_cast<size_t>(r)].setUpOk)
+      fail(chorusSystemError, strCat("rank ", rank_, ": device set-up failed on rank ", r, ": ",
+                                     info[static_cast<size_t>(r)].why));
+  }
   layout_ = ipc::makeLayout(info[0].stageBytes, info[0].llBytes);
   llMax_ = info[0].llBytes;
-  timeout_ = comm.callTimeout().count() > 0 ? comm.callTimeout() : comm.config().timeout;
+  timeoutMs_ = (comm.callTimeout().count() > 0 ? comm.callTimeout() : comm.config().timeout).count();
 
   // Everyone decides alike, from the same information.
   std::string why;
@@ -345,14 +366,6 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
       }
     }
   }
-  // Everything this rank allocates, before the last exchange: once it returns, a peer's kernel may
-  // be waiting for this thread, and some allocations wait for the whole device.
-  words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), true, rank_);
-  std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
-  void* mapped = nullptr;
-  check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
-  devWords_ = static_cast<uint32_t*>(mapped);
-  check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
   if (candidate) {
     PeerInfo& me = mine;
     cudaStream_t s = nullptr;
@@ -418,6 +431,7 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
 }
 
 DeviceComm::~DeviceComm() {
+  const OnDevice on(device_);
   if (ordered_ && cudaEventSynchronize(order_.e) != cudaSuccess) (void)cudaGetLastError();
 }
 
@@ -489,7 +503,7 @@ chorusResult_t DeviceComm::error(std::string* message) const {
     return chorusRemoteError;
   }
   if (message) {
-    *message = strCat("rank ", rank_, ": a device collective timed out after ", timeout_.count() / 1000.0,
+    *message = strCat("rank ", rank_, ": a device collective timed out after ", timeoutMs_.load() / 1000.0,
                       " s waiting for rank ", peer,
                       " (it never made the matching call: every rank must issue the same device calls in the "
                       "same order)");
@@ -519,7 +533,7 @@ void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   c.errorWord = devWords_ + 1;
   const auto t = op.timeout.count() > 0 ? op.timeout : comm.config().timeout;
   c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
-  timeout_ = t;  // for the message, should this call time out
+  timeoutMs_ = t.count();  // for the message, should this call time out
   ipc::launch(c, stream);
   if (!captured) markDone(stream);
 }
@@ -544,9 +558,9 @@ std::pair<size_t, size_t> stagedBytes(const Op& op, int rank, int n) {
       return {c * N, c * N};
     case OpKind::AllToAllv: {
       size_t in = 0, out = 0;
-      for (size_t r = 0; r < N; ++r) {
-        in = std::max(in, (op.sendDispls[r] + op.sendCounts[r]) * e);
-        out = std::max(out, (op.recvDispls[r] + op.recvCounts[r]) * e);
+      for (size_t r = 0; r < N; ++r) {  // an empty block's displacement is never used
+        if (op.sendCounts[r] > 0) in = std::max(in, (op.sendDispls[r] + op.sendCounts[r]) * e);
+        if (op.recvCounts[r] > 0) out = std::max(out, (op.recvDispls[r] + op.recvCounts[r]) * e);
       }
       return {in, out};
     }
@@ -560,10 +574,11 @@ std::pair<size_t, size_t> stagedBytes(const Op& op, int rank, int n) {
   return {0, 0};
 }
 
-bool within(const void* p, const void* base, size_t bytes) {
+// [p, p + bytes) lies inside [base, base + baseBytes).
+bool inside(const void* p, size_t bytes, const void* base, size_t baseBytes) {
   const auto a = reinterpret_cast<uintptr_t>(p);
   const auto b = reinterpret_cast<uintptr_t>(base);
-  return bytes > 0 && a >= b && a < b + bytes;
+  return bytes > 0 && a >= b && a + bytes <= b + baseBytes;
 }
 
 void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream_t stream) {
@@ -580,12 +595,12 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
   std::shared_ptr<Pinned> in;
   std::byte* hostSend = nullptr;
   std::byte* hostRecv = out->get();
-  if (inBytes > 0 && within(op.send, op.recv, outBytes)) {
+  if (inside(op.send, inBytes, op.recv, outBytes)) {
     hostSend = out->get() + (static_cast<const std::byte*>(op.send) - static_cast<const std::byte*>(op.recv));
   } else if (inBytes > 0) {
     in = pool_->acquire(inBytes);
     hostSend = in->get();
-    if (outBytes > 0 && within(op.recv, op.send, inBytes)) {
+    if (inside(op.recv, outBytes, op.send, inBytes)) {
       hostRecv = in->get() + (static_cast<std::byte*>(op.recv) - static_cast<const std::byte*>(op.send));
       out.reset();
     }
@@ -599,7 +614,8 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
   // The input once the stream (and this communicator's previous call) has produced it; the output
   // back on the stream. Both on the call's stream: a copy on the legacy stream would wait for
   // every blocking stream, a peer's waiting kernel among them.
-  auto copyIn = [this, devSend, hostSend, inBytes, stream] {
+  // `comm` keeps this DeviceComm (its device state) alive until the lambdas have run.
+  auto copyIn = [this, comm, devSend, hostSend, inBytes, stream] {
     const OnDevice on(device_);
     orderAfterPrevious(stream);
     if (inBytes > 0)
@@ -607,7 +623,7 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
             "staging copy to host");
     check(cudaStreamSynchronize(stream), rank_, "cudaStreamSynchronize before a staged call");
   };
-  auto copyBack = [this, in, out, hostRecv, devRecv, outBytes, stream] {
+  auto copyBack = [this, comm, in, out, hostRecv, devRecv, outBytes, stream] {
     const OnDevice on(device_);
     if (outBytes > 0)
       check(cudaMemcpyAsync(devRecv, hostRecv, outBytes, cudaMemcpyDefault, stream), rank_,
@@ -703,26 +719,6 @@ void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int*
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-}
-
-void* implicitStream(const Op& op) {
-  static const bool haveDevice = [] {
-    int n = 0;
-    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return ok;
-  }();
-  if (!haveDevice) return nullptr;
-  auto isDevice = [](const void* p) {
-    if (p == nullptr) return false;
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attr.type == cudaMemoryTypeDevice;
-  };
-  return isDevice(op.send) || isDevice(op.recv) ? static_cast<void*>(cudaStreamLegacy) : nullptr;
 }
 
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {

@@ -262,6 +262,10 @@ void copyOnDevice(void* dst, const void* src, size_t bytes, void* stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
         "cudaMemcpyAsync on the device");
 }
+void copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync");
+}
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 void setDevice(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 void* streamCreate() {

@@ -76,10 +76,9 @@ chorusResult_t guarded(const chorusComm* comm, F&& body) {
 DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
 ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
 
-// A NULL stream and host buffers: run to completion (or queued in the current group). Otherwise
-// device buffers, enqueued on the stream (NULL: the legacy default stream; core/device.hpp).
+// A NULL stream: host buffers, run to completion (or queued in the current group). Otherwise
+// device buffers, enqueued on the stream (core/device.hpp).
 void dispatch(std::shared_ptr<CommImpl> impl, void* stream, Op op) {
-  if (stream == nullptr) stream = device::implicitStream(op);  // NCCL's stream 0 with device buffers
   if (stream != nullptr)
     device::enqueue(impl, std::move(op), stream);
   else

@@ -297,6 +297,9 @@ void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
   if (shm_) shm_->publishFailure(code, message);
   if (localShm_) localShm_->publishFailure(code, message);
   if (net_) net_->publishFailure(message);
+  // Device kernels waiting for peers of a broken communicator stop too.
+  std::lock_guard lk(hookMu_);
+  if (abortHook_) abortHook_();
 }
 
 void CommImpl::setAbortHook(std::function<void()> hook) {
@@ -306,10 +309,6 @@ void CommImpl::setAbortHook(std::function<void()> hook) {
 
 void CommImpl::abort() {
   abortRequested_.store(true);
-  {
-    std::lock_guard lk(hookMu_);
-    if (abortHook_) abortHook_();
-  }
   markFailed(chorusRemoteError, strCat("rank ", rank_, " aborted the communicator"));
 }
 

@@ -83,7 +83,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// deviceMutex(). Destroyed with the communicator.
   std::shared_ptr<void>& deviceState() { return deviceState_; }
   std::mutex& deviceMutex() { return deviceMu_; }
-  /// Run by abort(), e.g. to stop device kernels that wait for peers. Thread-safe.
+  /// Run when the communicator breaks or is aborted, e.g. to stop device kernels that wait for
+  /// peers. Thread-safe.
   void setAbortHook(std::function<void()> hook);
   const Config& config() const { return config_; }
   /// Hosts, rank placement and link classes, found at creation (src/topology).

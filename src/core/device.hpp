@@ -29,10 +29,6 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream);
 /// on devices[i] each, together. Throws chorus::Error.
 void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int* devices);
 
-/// For a call without a stream (NCCL's stream 0): the legacy default stream when a buffer is device
-/// memory, so that it runs as a device call; nullptr (host buffers) otherwise.
-void* implicitStream(const Op& op);
-
 /// The failure a device kernel of `comm` reported (chorusSuccess if none); its text in `message`.
 chorusResult_t asyncError(CommImpl& comm, std::string* message);
 

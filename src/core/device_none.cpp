@@ -22,11 +22,6 @@ void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int*
        "support (pass NULL for host buffers)");
 }
 
-void* implicitStream(const Op& op) {
-  (void)op;
-  return nullptr;
-}
-
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {
   (void)comm;
   (void)message;
