@@ -220,41 +220,38 @@ struct DeviceMemOps {
   }
 };
 
+// ipc_steps.hpp's executor on the device: one CUDA block.
+template <typename T>
+struct DeviceBlock {
+  const Args& a;
+  int& failed;  // in shared memory
+  DeviceMemOps<T> m;
+
+  __device__ DeviceBlock(const Args& args, int& sharedFailed) : a(args), failed(sharedFailed), m{args} {
+    if (threadIdx.x == 0) failed = 0;  // published by seq()'s __syncthreads
+  }
+  __device__ uint64_t seq() { return kernelSeq(a); }
+  __device__ DeviceMemOps<T>& mem() { return m; }
+  template <typename F>
+  __device__ void each(F&& f) {
+    f(static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x, static_cast<size_t>(gridDim.x) * kThreads);
+  }
+  __device__ bool barrier(uint64_t seq, uint32_t& k) { return ipc::barrier(a, failed, seq, k); }
+  __device__ void finish(uint64_t seq) { ipc::finish(a, seq); }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) simpleKernel(Args a) {
   __shared__ int sFailed;
-  if (threadIdx.x == 0) sFailed = 0;
-  const uint64_t seq = kernelSeq(a);  // synchronizes the block
-  const int half = static_cast<int>(seq & 1);
-  uint32_t k = 0;
-  const StepArgs& s = a.step;
-  const size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const size_t n = static_cast<size_t>(gridDim.x) * kThreads;
-  DeviceMemOps<T> m{a};
-  for (size_t p = 0; p < s.plan.pieces; ++p) {
-    simpleCopyIn(s, half, p, i, n, m);
-    if (!barrier(a, sFailed, seq, k)) break;
-    simpleRead(s, half, p, i, n, m);
-    if (s.kind == Kind::AllReduce) {
-      if (!barrier(a, sFailed, seq, k)) break;
-      simpleGather(s, half, p, i, n, m);
-    }
-    // The next piece overwrites the stages; after the last one, no peer may read this rank's
-    // workspace once its kernel has completed (the next kernel uses the other half anyway).
-    if (!barrier(a, sFailed, seq, k)) break;
-  }
-  finish(a, seq);
+  DeviceBlock<T> x(a, sFailed);
+  simpleKernelBody(x, a.step);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) llKernel(Args a) {
-  const uint64_t seq = kernelSeq(a);
-  const size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const size_t n = static_cast<size_t>(gridDim.x) * kThreads;
-  DeviceMemOps<T> m{a};
-  llWrite(a.step, static_cast<int>(seq & 1), llFlag(seq), i, n, m);
-  (void)llRead(a.step, static_cast<int>(seq & 1), llFlag(seq), i, n, m);  // a failure is reported
-  finish(a, seq);
+  __shared__ int sFailed;
+  DeviceBlock<T> x(a, sFailed);
+  llKernelBody(x, a.step);
 }
 
 template <typename T>

@@ -11,10 +11,6 @@
 
 namespace chorus::kernels::cuda::ipc {
 
-/// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
-inline constexpr uint32_t kErrTimeout = 1;
-inline constexpr uint32_t kErrAborted = 2;
-
 struct Call {
   Kind kind = Kind::AllReduce;
   DataType type = DataType::Float32;

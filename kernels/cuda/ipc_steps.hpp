@@ -23,6 +23,10 @@ namespace chorus::kernels::cuda::ipc {
 
 enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
 
+/// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
+inline constexpr uint32_t kErrTimeout = 1;
+inline constexpr uint32_t kErrAborted = 2;
+
 using Byte = unsigned char;
 struct alignas(16) Vec16 {
   uint32_t u[4];
@@ -157,6 +161,46 @@ CHORUS_HD bool llRead(const StepArgs& a, int parity, uint32_t flag, size_t i, si
     m.store(a.recv + l * kLineData, v, atMost(a.bytes - l * kLineData, kLineData));
   }
   return true;
+}
+
+/// The Simple kernel, for an executor `X` running one block of one rank (the device kernel, or a host
+/// thread in the tests):
+///   uint64_t seq()                             this kernel's number (read before any block finishes)
+///   M& mem()                                   the memory operations above
+///   void each(F f)                             f(i, n) for every thread i of the block, n in the grid
+///   bool barrier(uint64_t seq, uint32_t& k)    with the same block of every rank; false: it failed
+///   void finish(uint64_t seq)                  the last block of the kernel numbers the next one
+/// Every piece ends on a barrier, the last one too: once a rank's kernel has completed, no peer
+/// touches its workspace for this call.
+template <typename X>
+CHORUS_HD void simpleKernelBody(X& x, const StepArgs& s) {
+  const uint64_t seq = x.seq();
+  const int half = static_cast<int>(seq & 1);
+  uint32_t k = 0;
+  auto& m = x.mem();
+  for (size_t p = 0; p < s.plan.pieces; ++p) {
+    x.each([&](size_t i, size_t n) { simpleCopyIn(s, half, p, i, n, m); });
+    if (!x.barrier(seq, k)) break;
+    x.each([&](size_t i, size_t n) { simpleRead(s, half, p, i, n, m); });
+    if (s.kind == Kind::AllReduce) {
+      if (!x.barrier(seq, k)) break;
+      x.each([&](size_t i, size_t n) { simpleGather(s, half, p, i, n, m); });
+    }
+    if (!x.barrier(seq, k)) break;
+  }
+  x.finish(seq);
+}
+
+/// The LL kernel (allreduce), for the same executors. A failed wait has been reported by pollLine.
+template <typename X>
+CHORUS_HD void llKernelBody(X& x, const StepArgs& s) {
+  const uint64_t seq = x.seq();
+  const int parity = static_cast<int>(seq & 1);
+  const uint32_t flag = llFlag(seq);
+  auto& m = x.mem();
+  x.each([&](size_t i, size_t n) { llWrite(s, parity, flag, i, n, m); });
+  x.each([&](size_t i, size_t n) { (void)llRead(s, parity, flag, i, n, m); });
+  x.finish(seq);
 }
 
 }  // namespace chorus::kernels::cuda::ipc
