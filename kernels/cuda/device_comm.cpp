@@ -215,7 +215,7 @@ std::vector<T> allGather(CommImpl& comm, const T& mine) {
 
 bool kernelKind(OpKind k) {
   return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::AllGather ||
-         k == OpKind::Broadcast || k == OpKind::Reduce;
+         k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::AllToAll;
 }
 
 ipc::Kind ipcKind(OpKind k) {
@@ -228,6 +228,8 @@ ipc::Kind ipcKind(OpKind k) {
       return ipc::Kind::Broadcast;
     case OpKind::Reduce:
       return ipc::Kind::Reduce;
+    case OpKind::AllToAll:
+      return ipc::Kind::AllToAll;
     default:
       return ipc::Kind::AllReduce;
   }

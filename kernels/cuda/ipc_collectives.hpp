@@ -18,7 +18,8 @@ struct Call {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
-  /// Elements, as the API counts them: per rank for ReduceScatter (recv) and AllGather (send).
+  /// Elements, as the API counts them: per rank for ReduceScatter (recv), AllGather (send) and
+  /// AllToAll (per peer).
   size_t count = 0;
   int rank = 0;
   int nranks = 1;

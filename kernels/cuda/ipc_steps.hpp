@@ -21,7 +21,7 @@
 
 namespace chorus::kernels::cuda::ipc {
 
-enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AllToAll };
 
 /// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
 inline constexpr uint32_t kErrTimeout = 1;
@@ -51,6 +51,7 @@ CHORUS_HD inline Plan planFor(Kind kind, size_t bytes, int nranks, size_t stageB
     case Kind::AllReduce:
       return planAllReduce(bytes, nranks, stageBytes, maxBlocks);
     case Kind::ReduceScatter:
+    case Kind::AllToAll:
       return planSimple(nranks, bytes, bytes * static_cast<size_t>(nranks), stageBytes, maxBlocks);
     default:
       return planSimple(1, bytes, bytes, stageBytes, maxBlocks);
@@ -85,7 +86,8 @@ CHORUS_HD void simpleCopyIn(const StepArgs& a, int half, size_t p, size_t i, siz
 }
 
 /// Simple, phase 2 (after a barrier): reduce this rank's slice (allreduce: into its result area;
-/// reduce-scatter, and reduce on the root: into recv), or copy the peers' stages out.
+/// reduce-scatter, and reduce on the root: into recv), or copy the peers' stages out (all-to-all:
+/// the slice each peer staged for this rank).
 template <typename M>
 CHORUS_HD void simpleRead(const StepArgs& a, int half, size_t p, size_t i, size_t n, M& m) {
   const size_t off = p * a.plan.pieceLen;
@@ -103,6 +105,16 @@ CHORUS_HD void simpleRead(const StepArgs& a, int half, size_t p, size_t i, size_
         m.store(resultOf(a, a.rank, half) + w * kPack, v, kPack);
       else
         m.store(a.recv + off + w * kPack, v, atMost(len - w * kPack, kPack));
+    }
+  } else if (a.kind == Kind::AllToAll) {
+    const size_t len = a.plan.len(a.rank, p);
+    for (int r = 0; r < a.nranks; ++r) {
+      Byte* dst = a.recv + static_cast<size_t>(r) * a.plan.sliceLen + off;
+      const Byte* src = stageOf(a, r, half) + static_cast<size_t>(a.rank) * a.plan.pieceLen;
+      for (size_t w = i; w * kPack < len; w += n) {
+        const size_t o = w * kPack;
+        m.copy(dst + o, src + o, atMost(len - o, kPack));
+      }
     }
   } else if (a.kind == Kind::AllGather || a.kind == Kind::Broadcast) {
     const size_t len = a.plan.len(0, p);

@@ -149,11 +149,11 @@ struct HostBlock {
 
 size_t inBytesOf(const Call& c, int n) {
   const size_t b = c.count * dataTypeSize(c.type);
-  return c.kind == Kind::ReduceScatter ? b * static_cast<size_t>(n) : b;
+  return c.kind == Kind::ReduceScatter || c.kind == Kind::AllToAll ? b * static_cast<size_t>(n) : b;
 }
 size_t outBytesOf(const Call& c, int n) {
   const size_t b = c.count * dataTypeSize(c.type);
-  return c.kind == Kind::AllGather ? b * static_cast<size_t>(n) : b;
+  return c.kind == Kind::AllGather || c.kind == Kind::AllToAll ? b * static_cast<size_t>(n) : b;
 }
 
 void fill(std::vector<Byte>& buf, DataType t, std::mt19937& rng) {
@@ -282,6 +282,11 @@ void check(World& w, const std::vector<Call>& calls) {
           if (r != root) continue;
           want = reduced;
           break;
+        case Kind::AllToAll:
+          for (auto& rk : w.ranks)
+            want.insert(want.end(), rk.inputs[ci].begin() + static_cast<ptrdiff_t>(R * bytes),
+                        rk.inputs[ci].begin() + static_cast<ptrdiff_t>((R + 1) * bytes));
+          break;
       }
       ASSERT_EQ(std::memcmp(out, want.data(), want.size()), 0)
           << "call " << ci << " (kind " << static_cast<int>(c.kind) << ", count " << c.count << ") rank "
@@ -293,7 +298,8 @@ void check(World& w, const std::vector<Call>& calls) {
 
 std::vector<Call> mixedCalls() {
   std::vector<Call> calls;
-  const Kind kinds[] = {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Reduce};
+  const Kind kinds[] = {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather,
+                        Kind::Broadcast, Kind::Reduce,        Kind::AllToAll};
   const size_t counts[] = {1, 300, 5000, 21000};  // LL and Simple; the largest takes several pieces
   int i = 0;
   for (size_t count : counts) {
@@ -307,7 +313,7 @@ std::vector<Call> mixedCalls() {
   // Back-to-back allreduces of both protocols: the LL slots and the stage halves alternate.
   for (int j = 0; j < 6; ++j)
     calls.push_back({Kind::AllReduce, j % 2 ? 700u : 9000u, DataType::Float32, ReduceOp::Sum, j % 3 == 0});
-  // Twice over: 52 kernels, so that fast ranks run well ahead into reused halves and slots.
+  // Twice over: 60 kernels, so that fast ranks run well ahead into reused halves and slots.
   const size_t once = calls.size();
   for (size_t j = 0; j < once; ++j) calls.push_back(calls[j]);
   return calls;

@@ -122,7 +122,8 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  static const char* kinds[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
+  static const char* kinds[] = {"allreduce", "reduce_scatter", "all_gather",
+                                "broadcast", "reduce",         "alltoall"};
   return strCat(kinds[static_cast<int>(c.kind)], " n=", c.nranks, " count=", c.count, " ",
                 dataTypeName(c.type), " ", reduceOpName(c.op), c.inPlace ? " in place" : "",
                 " misalign=", c.misalign, " stage=", c.stageBytes, " blocks<=", c.maxBlocks);
@@ -185,8 +186,8 @@ void run(const Case& c, World& w, uint32_t seq) {
   const size_t bytes = c.count * e;
   const int root = n - 1;
   size_t inBytes = bytes, outBytes = bytes;
-  if (c.kind == Kind::ReduceScatter) inBytes = bytes * N;
-  if (c.kind == Kind::AllGather) outBytes = bytes * N;
+  if (c.kind == Kind::ReduceScatter || c.kind == Kind::AllToAll) inBytes = bytes * N;
+  if (c.kind == Kind::AllGather || c.kind == Kind::AllToAll) outBytes = bytes * N;
   std::mt19937 rng(static_cast<unsigned>(bytes * 31 + N));
   std::vector<std::vector<Byte>> sendMem(N), recvMem(N), input(N);
   std::vector<StepArgs> args(N);
@@ -293,6 +294,12 @@ void run(const Case& c, World& w, uint32_t seq) {
         if (r != root) continue;
         want = reduced.data();
         break;
+      case Kind::AllToAll:
+        for (size_t q = 0; q < N; ++q)
+          gathered.insert(gathered.end(), input[q].begin() + static_cast<ptrdiff_t>(R * bytes),
+                          input[q].begin() + static_cast<ptrdiff_t>((R + 1) * bytes));
+        want = gathered.data();
+        break;
     }
     for (size_t i = 0; i < outBytes; ++i) {
       if (out[i] != want[i]) {
@@ -357,7 +364,8 @@ TEST(IpcLayout, PlansCoverEveryByteOnce) {
 }
 
 TEST(IpcSteps, EveryCollectiveExactOnEmulatedRanks) {
-  const Kind kinds[] = {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather, Kind::Broadcast, Kind::Reduce};
+  const Kind kinds[] = {Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather,
+                        Kind::Broadcast, Kind::Reduce,        Kind::AllToAll};
   struct TypeOp {
     DataType t;
     ReduceOp op;
