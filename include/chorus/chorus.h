@@ -12,10 +12,11 @@
  * Device buffers (builds with CUDA; docs/gpu.md): pass a cudaStream_t (cudaStreamPerThread for a
  * default stream: NULL always means host buffers here). The call is enqueued on the stream and
  * returns, as with NCCL; calls on one communicator run in call order, even on different streams;
- * collectives between the ranks of one host can be captured in a CUDA graph. Operations that are
- * staged through host memory (other hosts, all-to-all, send/receive) return when done. A kernel that
- * waits past the timeout for a peer, or is stopped by chorusCommAbort, reports it through
- * chorusCommGetAsyncError. Every rank makes the same calls with the same kind of memory.
+ * collectives between the ranks of one host can be captured in a CUDA graph. Operations staged
+ * through host memory (other hosts, send/receive) are enqueued too, but cannot be captured, and in
+ * a group they run when the group ends. A kernel that waits past the timeout for a peer, or is
+ * stopped by chorusCommAbort, reports it through chorusCommGetAsyncError. Every rank makes the
+ * same calls with the same kind of memory.
  *
  * This header compiles as C99 and as C++.
  */

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -277,11 +278,24 @@ class DeviceComm {
   ipc::Layout layout_;
   size_t llMax_ = 0;
   int maxBlocks_ = 1;
-  std::unique_ptr<Pinned> words_;  // [0]: abort flag, [1]: error word, host-mapped
+  // Host-mapped words: [0] abort flag, [1] error word, [2] the last staged operation finished on
+  // the host (its ticket).
+  std::unique_ptr<Pinned> words_;
   uint32_t* devWords_ = nullptr;
   Event order_;           // recorded after this rank's latest call (outside captures)
   bool ordered_ = false;  // order_ has been recorded
   std::shared_ptr<PinnedPool> pool_;
+  // Staged operations in flight outside groups: their buffers and events until the copy back is done.
+  struct InFlight {
+    std::shared_ptr<Pinned> in, out;
+    cudaEvent_t copiedIn = nullptr;    // the input is in host memory
+    cudaEvent_t copiedBack = nullptr;  // the output is back on the device
+  };
+  std::deque<InFlight> inFlight_;
+  std::vector<cudaEvent_t> freeEvents_;
+  uint32_t stagedTicket_ = 0;
+  cudaEvent_t takeEvent();
+  void reapInFlight();
   std::atomic<int64_t> timeoutMs_{0};  // of the latest call, for the message (read by other threads)
 };
 
@@ -327,8 +341,8 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
   // reaches every rank (and because once set-up's last exchange returns a peer's kernel may wait
   // for this thread, while some allocations wait for the whole device).
   try {
-    words_ = std::make_unique<Pinned>(2 * sizeof(uint32_t), true, rank_);
-    std::memset(words_->get(), 0, 2 * sizeof(uint32_t));
+    words_ = std::make_unique<Pinned>(3 * sizeof(uint32_t), true, rank_);
+    std::memset(words_->get(), 0, 3 * sizeof(uint32_t));
     void* mapped = nullptr;
     check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
     devWords_ = static_cast<uint32_t*>(mapped);
@@ -435,6 +449,34 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
 DeviceComm::~DeviceComm() {
   const OnDevice on(device_);
   if (ordered_ && cudaEventSynchronize(order_.e) != cudaSuccess) (void)cudaGetLastError();
+  for (const InFlight& f : inFlight_) freeEvents_.insert(freeEvents_.end(), {f.copiedIn, f.copiedBack});
+  inFlight_.clear();
+  for (cudaEvent_t e : freeEvents_) {
+    if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+  }
+}
+
+cudaEvent_t DeviceComm::takeEvent() {
+  if (!freeEvents_.empty()) {
+    cudaEvent_t e = freeEvents_.back();
+    freeEvents_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank_, "cudaEventCreate");
+  return e;
+}
+
+// Staged operations whose copy back is done give back their buffers and events (in call order:
+// one stream's work completes in order, and later calls wait for earlier ones).
+void DeviceComm::reapInFlight() {
+  while (!inFlight_.empty()) {
+    const cudaError_t e = cudaEventQuery(inFlight_.front().copiedBack);
+    if (e == cudaErrorNotReady) return;
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    freeEvents_.insert(freeEvents_.end(), {inFlight_.front().copiedIn, inFlight_.front().copiedBack});
+    inFlight_.pop_front();
+  }
 }
 
 void DeviceComm::mapPeers(const std::vector<PeerInfo>& info, std::string* why) {
@@ -499,6 +541,13 @@ chorusResult_t DeviceComm::error(std::string* message) const {
   if (w == 0) return chorusSuccess;
   const uint32_t why = w >> 16;
   const int peer = static_cast<int>(w & 0xFFFF) - 1;
+  if (why == ipc::kErrStaged) {
+    if (message)
+      *message =
+          strCat("rank ", rank_, ": an operation staged through host memory did not finish within twice ",
+                 timeoutMs_.load() / 1000.0, " s");
+    return chorusTimeout;
+  }
   if (why == ipc::kErrAborted) {
     if (message)
       *message = strCat("rank ", rank_, ": a device collective was stopped: the communicator was aborted");
@@ -635,15 +684,47 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
   };
   if (group::active()) {
     // At the group's end: kernels launched in the group (for peers driven by this thread too) are
-    // all enqueued by then.
+    // all enqueued by then. The group returns when done.
     group::add(comm, std::move(op));
     group::prepare(std::move(copyIn));
     group::defer(std::move(copyBack));
     return;
   }
-  copyIn();
-  comm->runBlocking(op);
-  copyBack();
+  // Outside a group, enqueued like a kernel and the call returns: on the stream, the copy to host
+  // memory, a one-thread kernel that holds the stream until the host has run the operation, and
+  // the copy back. The host runs it on the communicator's worker, in call order with every other
+  // operation of the communicator, once the copy to host memory is done.
+  const OnDevice on(device_);
+  reapInFlight();
+  InFlight f{in, out, takeEvent(), takeEvent()};
+  orderAfterPrevious(stream);
+  if (inBytes > 0)
+    check(cudaMemcpyAsync(hostSend, devSend, inBytes, cudaMemcpyDefault, stream), rank_,
+          "staging copy to host");
+  check(cudaEventRecord(f.copiedIn, stream), rank_, "cudaEventRecord");
+  const uint32_t ticket = ++stagedTicket_;
+  // Twice the host's deadline: the host operation fails (and lets the stream go) first.
+  const auto t = op.timeout.count() > 0 ? op.timeout : comm->config().timeout;
+  timeoutMs_ = t.count();
+  ipc::launchWaitForHost(devWords_ + 2, ticket, devWords_, devWords_ + 1,
+                         2 * static_cast<uint64_t>(t.count()) * 1'000'000ull, stream);
+  if (outBytes > 0)
+    check(cudaMemcpyAsync(devRecv, hostRecv, outBytes, cudaMemcpyDefault, stream), rank_,
+          "staging copy to device");
+  check(cudaEventRecord(f.copiedBack, stream), rank_, "cudaEventRecord");
+  markDone(stream);
+  const cudaEvent_t copiedIn = f.copiedIn;
+  inFlight_.push_back(std::move(f));
+  // Not `comm` in the hooks: the worker must never hold the last reference to its communicator.
+  auto* done = reinterpret_cast<volatile uint32_t*>(words_->get()) + 2;
+  const int rank = rank_;
+  CommImpl::Hooks hooks;
+  hooks.before = [copiedIn, rank] {
+    check(cudaEventSynchronize(copiedIn), rank, "waiting for the staging copy to host memory");
+  };
+  // Also after a failure (reported by asyncError): the stream goes on rather than wait.
+  hooks.after = [done, ticket](chorusResult_t) { *done = ticket; };
+  comm->submit({std::move(op)}, true, std::move(hooks));
 }
 
 // Device memory of this rank's device (kernels can use it), or any other memory cudaMemcpy takes.

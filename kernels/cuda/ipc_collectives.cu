@@ -254,6 +254,20 @@ __global__ void __launch_bounds__(kThreads) llKernel(Args a) {
   llKernelBody(x, a.step);
 }
 
+__global__ void waitForHost(const volatile uint32_t* done, uint32_t ticket,
+                            const volatile uint32_t* abortFlag, volatile uint32_t* errorWord,
+                            uint64_t timeoutNs) {
+  const uint64_t start = nowNs();
+  for (uint32_t spins = 1; static_cast<int32_t>(*done - ticket) < 0; ++spins) {
+    if (spins % 64 != 0) continue;
+    if (*abortFlag != 0 || nowNs() - start > timeoutNs) {
+      if (*errorWord == 0) *errorWord = (*abortFlag != 0 ? kErrAborted : kErrStaged) << 16;
+      return;
+    }
+    __nanosleep(2000);  // host memory over PCIe: no need to hammer it
+  }
+}
+
 template <typename T>
 void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
   if (ll)
@@ -263,6 +277,15 @@ void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void launchWaitForHost(const volatile uint32_t* done, uint32_t ticket, const volatile uint32_t* abortFlag,
+                       volatile uint32_t* errorWord, uint64_t timeoutNs, void* stream) {
+  (void)cudaGetLastError();
+  waitForHost<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(done, ticket, abortFlag, errorWord, timeoutNs);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    throw Error(chorusUnhandledCudaError, std::string("staged operation's wait kernel launch: ") +
+                                              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
 
 const char* protocolOf(const Call& c, int* blocks) {
   const size_t bytes = c.count * dataTypeSize(c.type);

@@ -26,6 +26,7 @@ enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, 
 /// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
 inline constexpr uint32_t kErrTimeout = 1;
 inline constexpr uint32_t kErrAborted = 2;
+inline constexpr uint32_t kErrStaged = 3;  // a staged operation did not finish on the host in time
 
 using Byte = unsigned char;
 struct alignas(16) Vec16 {

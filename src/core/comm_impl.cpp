@@ -172,8 +172,13 @@ void CommImpl::validate(const Op& op) const {
 // ---- Submission and ordering --------------------------------------------------------------------
 
 std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async) {
+  return submit(std::move(ops), async, Hooks{});
+}
+
+std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async, Hooks hooks) {
   Task task;
   task.ops = std::move(ops);
+  task.hooks = std::move(hooks);
   task.work = std::make_shared<WorkState>();
   std::unique_lock lk(qmu_);
   task.ticket = nextTicket_++;
@@ -222,7 +227,19 @@ void CommImpl::runBlocking(const Op& op) {
 }
 
 void CommImpl::runTask(Task& task) {
-  auto [code, message] = runOps(task.ops);
+  chorusResult_t code = chorusSuccess;
+  std::string message;
+  try {
+    if (task.hooks.before) task.hooks.before();
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  if (code == chorusSuccess)
+    std::tie(code, message) = runOps(task.ops);
+  else
+    markFailed(code, message);  // the peers are in this operation: the communicator cannot go on
+  if (task.hooks.after) task.hooks.after(code);
   task.work->complete(code, std::move(message));
 }
 

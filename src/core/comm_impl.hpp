@@ -63,6 +63,15 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// Runs `ops` as one group (collectives in order, then all point-to-point transfers together).
   /// Blocking when !async: returns completed state. Never throws: errors are in the state.
   std::shared_ptr<WorkState> submit(std::vector<Op> ops, bool async);
+  /// Hooks around a task's operations, run on the thread that runs them: `before` (a failure it
+  /// throws fails the task), then the operations, then `after` with the outcome (always, even when
+  /// `before` failed; it must not throw). E.g. device buffers staged through host memory: wait for
+  /// the copy from the device, run, release the copy back.
+  struct Hooks {
+    std::function<void()> before;
+    std::function<void(chorusResult_t)> after;
+  };
+  std::shared_ptr<WorkState> submit(std::vector<Op> ops, bool async, Hooks hooks);
   /// The blocking form of submit() for one operation, without a WorkState: waits for its turn,
   /// runs the operation on this thread and throws chorus::Error if it failed.
   void runBlocking(const Op& op);
@@ -135,6 +144,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
     uint64_t ticket = 0;
     std::vector<Op> ops;
     std::shared_ptr<WorkState> work;
+    Hooks hooks;
   };
   void runTask(Task& task);
   /// Runs ops (their turn has come); a failure marks the communicator broken and is returned.

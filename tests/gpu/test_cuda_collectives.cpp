@@ -272,6 +272,35 @@ TEST_F(DeviceCollectives, StagedOperationsExact) {
   });
 }
 
+TEST_F(DeviceCollectives, StagedCallsOutsideAGroupAreEnqueuedInOrder) {
+  // kernel allreduce, then a staged all-to-all-v (enqueued: the call returns before it has run),
+  // then a kernel allreduce of its output: each must see the one before.
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    const size_t n = 1024, half = n / 2;
+    DeviceBuffer x(n * 4), y(n * 4);
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(r * 1000 + static_cast<int>(i));
+    CUDA_OK(cudaMemcpyAsync(x.get(), host.data(), n * 4, cudaMemcpyHostToDevice, s));
+    CHORUS_OK(chorusAllReduce(x.get(), x.get(), n, chorusFloat32, chorusSum, comm, s), comm);  // 1000 + 2i
+    const size_t counts[2] = {half, half}, displs[2] = {0, half};
+    CHORUS_OK(chorusAllToAllv(x.get(), counts, displs, y.get(), counts, displs, chorusFloat32, comm, s),
+              comm);
+    CHORUS_OK(chorusAllReduce(y.get(), y.get(), n, chorusFloat32, chorusSum, comm, s), comm);
+    CUDA_OK(cudaMemcpyAsync(host.data(), y.get(), n * 4, cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    // y on rank r, block q: x[r*half + j] = 1000 + 2(r*half + j); summed over r: 2000 + 4j + 2*half.
+    for (size_t q = 0; q < 2; ++q) {
+      for (size_t j = 0; j < half; j += 97) {
+        const float want = 2000.0f + 4.0f * static_cast<float>(j) + 2.0f * static_cast<float>(half);
+        ASSERT_EQ(host[q * half + j], want) << "rank " << r << " block " << q << " element " << j;
+      }
+    }
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, chorusSuccess);
+  });
+}
+
 TEST_F(DeviceCollectives, CapturedInAGraphReplaysCorrectly) {
   const size_t count = 1 << 20;  // Simple
   const size_t small = 1000;     // LL
