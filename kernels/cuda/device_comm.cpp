@@ -760,6 +760,30 @@ DeviceComm& stateOf(CommImpl& comm, int device = -1) {
 
 bool built() { return true; }
 
+bool available(std::string* state) {
+  int n = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    if (state)
+      *state =
+          strCat("built, not usable here: ", e != cudaSuccess ? cudaText(e) : std::string("no CUDA device"));
+    return false;
+  }
+  if (state) {
+    *state = strCat("yes: ", n, " device(s):");
+    for (int d = 0; d < n; ++d) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
+        *state += strCat(d == 0 ? " " : "; ", prop.name, " (sm_", prop.major, prop.minor, ", ",
+                         prop.totalGlobalMem >> 30, " GiB)");
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
+  }
+  return true;
+}
+
 void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
   CommImpl& c = *comm;
   c.validate(op);

@@ -19,6 +19,10 @@ namespace device {
 /// True when this build can run device-buffer calls (a GPU may still be missing at run time).
 bool built();
 
+/// Whether device-buffer calls can run in this process, and what there is ("yes: 1 device: NVIDIA
+/// H200 (sm_90, 139 GiB)", or why not). Never throws.
+bool available(std::string* state);
+
 /// Runs `op` (validated by the caller) on `stream`, a cudaStream_t: collectives of device buffers
 /// whose ranks share a host are enqueued as one kernel and return at once; anything else is staged
 /// through pinned host memory and returns when done. Inside a group, kernels are enqueued at once and

@@ -7,6 +7,11 @@ namespace chorus::device {
 
 bool built() { return false; }
 
+bool available(std::string* state) {
+  if (state) *state = "not built (configured with CHORUS_WITH_CUDA=OFF, or nvcc was not found)";
+  return false;
+}
+
 void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream) {
   (void)stream;
   fail(chorusInvalidArgument, strCat("rank ", comm->rank(), ": ", opKindName(op.kind),

@@ -12,6 +12,7 @@
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
 #include "core/config.hpp"
+#include "core/device.hpp"
 #include "core/util.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "topology/comm_topology.hpp"
@@ -97,12 +98,19 @@ int main(int argc, char** argv) {
     }
 #endif
 
+    std::string cudaState;
+    const bool cudaReady = device::available(&cudaState);
+
     if (json) {
       Json j;
       j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
       j["cpu_kernels"] = kernels::simdLevel();
       j["transports"] = {
-          {"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", ibReady}, {"cuda", false}};
+          {"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", ibReady}, {"cuda", cudaReady}};
+      j["cuda"] = {{"state", cudaState},
+                   {"CHORUS_CUDA_STAGE_BYTES", env.cudaStageBytes},
+                   {"CHORUS_CUDA_LL_BYTES", env.cudaLlBytes},
+                   {"CHORUS_CUDA_SHARED_GPU", env.cudaSharedGpuIpc ? "ipc" : "staged"}};
       Json list = Json::array();
       for (const auto& n : ifaces) {
         list.push_back({{"name", n.name},
@@ -160,7 +168,12 @@ int main(int argc, char** argv) {
     std::printf("  verbs            %s\n", ibState.c_str());
     std::printf("  CHORUS_NET       %s\n",
                 env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
-    std::printf("  cuda             not built\n");
+    std::printf("  cuda             %s\n", cudaState.c_str());
+    std::printf(
+        "                   device buffers: IPC stage %s, LL up to %s, GPUs shared by processes: %s "
+        "(docs/gpu.md)\n",
+        formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
+        env.cudaSharedGpuIpc ? "ipc" : "staged");
     std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
     std::printf("\nConfiguration (environment, then defaults)\n");
     std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));
