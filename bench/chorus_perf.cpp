@@ -113,24 +113,9 @@ struct Buffer {
 
 // --memory cuda: this rank's device, buffers and stream. The host buffers stay, as the mirrors that
 // results are prepared and checked in.
-#if CHORUS_PERF_CUDA
-namespace cu = chorus::kernels::cuda;
 struct DeviceSide {
-  DeviceSide(size_t bytes, int rank) {
-    std::string why;
-    const int devices = cu::deviceCount(&why);
-    if (devices == 0) throw std::runtime_error("--memory cuda: no CUDA device (" + why + ")");
-    device = rank % devices;
-    cu::setDevice(device);
-    send = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
-    recv = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
-    stream = cu::streamCreate();
-  }
-  ~DeviceSide() {
-    cu::streamDestroy(stream);
-    cu::deviceFree(send);
-    cu::deviceFree(recv);
-  }
+  DeviceSide(size_t bytes, int rank);
+  ~DeviceSide();
   DeviceSide(const DeviceSide&) = delete;
   DeviceSide& operator=(const DeviceSide&) = delete;
   int device = 0;
@@ -138,16 +123,28 @@ struct DeviceSide {
   char* recv = nullptr;
   void* stream = nullptr;
 };
+#if CHORUS_PERF_CUDA
+namespace cu = chorus::kernels::cuda;
+DeviceSide::DeviceSide(size_t bytes, int rank) {
+  std::string why;
+  const int devices = cu::deviceCount(&why);
+  if (devices == 0) throw std::runtime_error("--memory cuda: no CUDA device (" + why + ")");
+  device = rank % devices;
+  cu::setDevice(device);
+  send = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
+  recv = static_cast<char*>(cu::deviceAlloc(std::max<size_t>(bytes, 64)));
+  stream = cu::streamCreate();
+}
+DeviceSide::~DeviceSide() {
+  cu::streamDestroy(stream);
+  cu::deviceFree(send);
+  cu::deviceFree(recv);
+}
 #else
-struct DeviceSide {
-  DeviceSide(size_t, int) {
-    throw std::runtime_error("--memory cuda: this build of chorus-perf has no CUDA");
-  }
-  int device = 0;
-  char* send = nullptr;
-  char* recv = nullptr;
-  void* stream = nullptr;
-};
+DeviceSide::DeviceSide(size_t, int) {
+  throw std::runtime_error("--memory cuda: this build of chorus-perf has no CUDA");
+}
+DeviceSide::~DeviceSide() = default;
 #endif
 
 // One half (out-of-place or in-place) of a table row.
