@@ -236,6 +236,8 @@ ipc::Kind ipcKind(OpKind k) {
   }
 }
 
+bool onDevice(const void* p, int device, int rank, const char* what, OpKind kind);
+
 class DeviceComm {
  public:
   /// Collective. `device` < 0: the calling thread's current device.
@@ -251,7 +253,7 @@ class DeviceComm {
   void staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream_t stream);
   chorusResult_t error(std::string* message) const;
   void abortKernels() {
-    if (words_) *reinterpret_cast<volatile uint32_t*>(words_->get()) = 1;
+    if (words_) std::atomic_ref<uint32_t>(reinterpret_cast<uint32_t*>(words_->get())[0]).store(1);
   }
   void throwIfFailed() const {
     std::string text;
@@ -278,8 +280,8 @@ class DeviceComm {
   ipc::Layout layout_;
   size_t llMax_ = 0;
   int maxBlocks_ = 1;
-  // Host-mapped words: [0] abort flag, [1] error word, [2] the last staged operation finished on
-  // the host (its ticket).
+  // Host-mapped words: [0] abort flag, [1] error word, [2] the ticket of the last staged operation
+  // the host finished, [3] of the last it began.
   std::unique_ptr<Pinned> words_;
   uint32_t* devWords_ = nullptr;
   Event order_;           // recorded after this rank's latest call (outside captures)
@@ -290,7 +292,9 @@ class DeviceComm {
     std::shared_ptr<Pinned> in, out;
     cudaEvent_t copiedIn = nullptr;    // the input is in host memory
     cudaEvent_t copiedBack = nullptr;  // the output is back on the device
+    uint32_t ticket = 0;               // the host is done with the buffers once words[2] reaches it
   };
+  std::mutex stagedMu_;  // staged tickets in the order of the communicator's own
   std::deque<InFlight> inFlight_;
   std::vector<cudaEvent_t> freeEvents_;
   uint32_t stagedTicket_ = 0;
@@ -341,8 +345,8 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
   // reaches every rank (and because once set-up's last exchange returns a peer's kernel may wait
   // for this thread, while some allocations wait for the whole device).
   try {
-    words_ = std::make_unique<Pinned>(3 * sizeof(uint32_t), true, rank_);
-    std::memset(words_->get(), 0, 3 * sizeof(uint32_t));
+    words_ = std::make_unique<Pinned>(4 * sizeof(uint32_t), true, rank_);
+    std::memset(words_->get(), 0, 4 * sizeof(uint32_t));
     void* mapped = nullptr;
     check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
     devWords_ = static_cast<uint32_t*>(mapped);
@@ -470,11 +474,17 @@ cudaEvent_t DeviceComm::takeEvent() {
 // Staged operations whose copy back is done give back their buffers and events (in call order:
 // one stream's work completes in order, and later calls wait for earlier ones).
 void DeviceComm::reapInFlight() {
+  const uint32_t finished = std::atomic_ref<uint32_t>(reinterpret_cast<uint32_t*>(words_->get())[2]).load();
   while (!inFlight_.empty()) {
-    const cudaError_t e = cudaEventQuery(inFlight_.front().copiedBack);
-    if (e == cudaErrorNotReady) return;
-    if (e != cudaSuccess) (void)cudaGetLastError();
-    freeEvents_.insert(freeEvents_.end(), {inFlight_.front().copiedIn, inFlight_.front().copiedBack});
+    const InFlight& f = inFlight_.front();
+    // Both: the stream may give up on the host (abort) before the host has run the operation.
+    if (static_cast<int32_t>(finished - f.ticket) < 0) return;
+    const cudaError_t e = cudaEventQuery(f.copiedBack);
+    if (e != cudaSuccess) {
+      if (e != cudaErrorNotReady) (void)cudaGetLastError();  // a broken context: keep them
+      return;
+    }
+    freeEvents_.insert(freeEvents_.end(), {f.copiedIn, f.copiedBack});
     inFlight_.pop_front();
   }
 }
@@ -537,7 +547,7 @@ void DeviceComm::markDone(cudaStream_t stream) {
 
 chorusResult_t DeviceComm::error(std::string* message) const {
   if (!words_) return chorusSuccess;
-  const uint32_t w = reinterpret_cast<const volatile uint32_t*>(words_->get())[1];
+  const uint32_t w = std::atomic_ref<uint32_t>(reinterpret_cast<uint32_t*>(words_->get())[1]).load();
   if (w == 0) return chorusSuccess;
   const uint32_t why = w >> 16;
   const int peer = static_cast<int>(w & 0xFFFF) - 1;
@@ -690,41 +700,81 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
     group::defer(std::move(copyBack));
     return;
   }
+  // Host memory on the caller's side: copies between host buffers are synchronous, so the call
+  // runs to completion, as in a group.
+  const bool callerOnDevice =
+      (inBytes == 0 || onDevice(devSend, device_, rank_, "send", OpKind::Barrier)) &&
+      (outBytes == 0 || onDevice(devRecv, device_, rank_, "receive", OpKind::Barrier));
+  if (!callerOnDevice) {
+    copyIn();
+    comm->runBlocking(op);
+    copyBack();
+    return;
+  }
   // Outside a group, enqueued like a kernel and the call returns: on the stream, the copy to host
   // memory, a one-thread kernel that holds the stream until the host has run the operation, and
   // the copy back. The host runs it on the communicator's worker, in call order with every other
   // operation of the communicator, once the copy to host memory is done.
   const OnDevice on(device_);
+  const std::lock_guard lk(stagedMu_);
   reapInFlight();
-  InFlight f{in, out, takeEvent(), takeEvent()};
+  auto* words = reinterpret_cast<uint32_t*>(words_->get());
+  const uint32_t ticket = ++stagedTicket_;
+  inFlight_.push_back({in, out, takeEvent(), takeEvent(), ticket});
+  const cudaEvent_t copiedIn = inFlight_.back().copiedIn, copiedBack = inFlight_.back().copiedBack;
+  // Should anything below fail once the wait kernel may be enqueued, the stream must not wait for
+  // a host operation that will never run: released here (and the error thrown).
+  struct Release {
+    uint32_t* words;
+    uint32_t ticket;
+    bool armed = true;
+    ~Release() {
+      if (!armed) return;
+      std::atomic_ref<uint32_t>(words[3]).store(ticket, std::memory_order_release);
+      std::atomic_ref<uint32_t>(words[2]).store(ticket, std::memory_order_release);
+    }
+  } release{words, ticket};
   orderAfterPrevious(stream);
   if (inBytes > 0)
     check(cudaMemcpyAsync(hostSend, devSend, inBytes, cudaMemcpyDefault, stream), rank_,
           "staging copy to host");
-  check(cudaEventRecord(f.copiedIn, stream), rank_, "cudaEventRecord");
-  const uint32_t ticket = ++stagedTicket_;
-  // Twice the host's deadline: the host operation fails (and lets the stream go) first.
+  check(cudaEventRecord(copiedIn, stream), rank_, "cudaEventRecord");
   const auto t = op.timeout.count() > 0 ? op.timeout : comm->config().timeout;
   timeoutMs_ = t.count();
-  ipc::launchWaitForHost(devWords_ + 2, ticket, devWords_, devWords_ + 1,
+  // From when the host begins: the wait for the copy, then the operation, each within the timeout.
+  ipc::launchWaitForHost(devWords_ + 2, devWords_ + 3, ticket, devWords_, devWords_ + 1,
                          2 * static_cast<uint64_t>(t.count()) * 1'000'000ull, stream);
   if (outBytes > 0)
     check(cudaMemcpyAsync(devRecv, hostRecv, outBytes, cudaMemcpyDefault, stream), rank_,
           "staging copy to device");
-  check(cudaEventRecord(f.copiedBack, stream), rank_, "cudaEventRecord");
+  check(cudaEventRecord(copiedBack, stream), rank_, "cudaEventRecord");
   markDone(stream);
-  const cudaEvent_t copiedIn = f.copiedIn;
-  inFlight_.push_back(std::move(f));
   // Not `comm` in the hooks: the worker must never hold the last reference to its communicator.
-  auto* done = reinterpret_cast<volatile uint32_t*>(words_->get()) + 2;
-  const int rank = rank_;
   CommImpl::Hooks hooks;
-  hooks.before = [copiedIn, rank] {
-    check(cudaEventSynchronize(copiedIn), rank, "waiting for the staging copy to host memory");
+  hooks.before = [copiedIn, words, ticket, t, rank = rank_, device = device_] {
+    std::atomic_ref<uint32_t>(words[3]).store(ticket, std::memory_order_release);
+    if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();  // no context made on device 0
+    const auto deadline = std::chrono::steady_clock::now() + t;
+    cudaError_t e;
+    while ((e = cudaEventQuery(copiedIn)) == cudaErrorNotReady) {
+      if (std::atomic_ref<uint32_t>(words[0]).load() != 0)
+        fail(chorusRemoteError, strCat("rank ", rank, ": the communicator was aborted"));
+      if (std::chrono::steady_clock::now() > deadline) {
+        fail(chorusTimeout, strCat("rank ", rank,
+                                   ": the input of a staged operation did not reach host memory "
+                                   "within ",
+                                   t.count() / 1000.0, " s (its stream did not get there)"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    check(e, rank, "waiting for the staging copy to host memory");
   };
   // Also after a failure (reported by asyncError): the stream goes on rather than wait.
-  hooks.after = [done, ticket](chorusResult_t) { *done = ticket; };
+  hooks.after = [words, ticket](chorusResult_t) {
+    std::atomic_ref<uint32_t>(words[2]).store(ticket, std::memory_order_release);
+  };
   comm->submit({std::move(op)}, true, std::move(hooks));
+  release.armed = false;
 }
 
 // Device memory of this rank's device (kernels can use it), or any other memory cudaMemcpy takes.

@@ -254,17 +254,25 @@ __global__ void __launch_bounds__(kThreads) llKernel(Args a) {
   llKernelBody(x, a.step);
 }
 
-__global__ void waitForHost(const volatile uint32_t* done, uint32_t ticket,
+__global__ void waitForHost(const volatile uint32_t* done, const volatile uint32_t* started, uint32_t ticket,
                             const volatile uint32_t* abortFlag, volatile uint32_t* errorWord,
                             uint64_t timeoutNs) {
-  const uint64_t start = nowNs();
-  for (uint32_t spins = 1; static_cast<int32_t>(*done - ticket) < 0; ++spins) {
-    if (spins % 64 != 0) continue;
-    if (*abortFlag != 0 || nowNs() - start > timeoutNs) {
-      if (*errorWord == 0) *errorWord = (*abortFlag != 0 ? kErrAborted : kErrStaged) << 16;
+  uint64_t since = 0;  // when the host began this operation (0: not yet; earlier ones have deadlines)
+  while (static_cast<int32_t>(*done - ticket) < 0) {
+    if (*abortFlag != 0) {
+      if (*errorWord == 0) *errorWord = kErrAborted << 16;
       return;
     }
-    __nanosleep(2000);  // host memory over PCIe: no need to hammer it
+    if (static_cast<int32_t>(*started - ticket) >= 0) {
+      const uint64_t now = nowNs();
+      if (since == 0) {
+        since = now;
+      } else if (now - since > timeoutNs) {
+        if (*errorWord == 0) *errorWord = kErrStaged << 16;
+        return;
+      }
+    }
+    __nanosleep(2000);  // each poll reads host memory over the bus
   }
 }
 
@@ -278,10 +286,12 @@ void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
 
 }  // namespace
 
-void launchWaitForHost(const volatile uint32_t* done, uint32_t ticket, const volatile uint32_t* abortFlag,
-                       volatile uint32_t* errorWord, uint64_t timeoutNs, void* stream) {
+void launchWaitForHost(const volatile uint32_t* done, const volatile uint32_t* started, uint32_t ticket,
+                       const volatile uint32_t* abortFlag, volatile uint32_t* errorWord, uint64_t timeoutNs,
+                       void* stream) {
   (void)cudaGetLastError();
-  waitForHost<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(done, ticket, abortFlag, errorWord, timeoutNs);
+  waitForHost<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(done, started, ticket, abortFlag, errorWord,
+                                                              timeoutNs);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw Error(chorusUnhandledCudaError, std::string("staged operation's wait kernel launch: ") +
                                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));

@@ -42,9 +42,11 @@ const char* protocolOf(const Call& c, int* blocks = nullptr);
 void launch(const Call& c, void* stream);
 
 /// Enqueues a one-thread kernel that holds `stream` until the host-mapped word `*done` reaches
-/// `ticket` (an operation staged through host memory has finished there; tickets only grow), the
-/// abort flag is set, or `timeoutNs` passes (reported as kErrStaged).
-void launchWaitForHost(const volatile uint32_t* done, uint32_t ticket, const volatile uint32_t* abortFlag,
-                       volatile uint32_t* errorWord, uint64_t timeoutNs, void* stream);
+/// `ticket` (an operation staged through host memory has finished there; tickets only grow) or the
+/// abort flag is set. Once `*started` has reached `ticket` (the host began it), it gives up after
+/// `timeoutNs`, reported as kErrStaged.
+void launchWaitForHost(const volatile uint32_t* done, const volatile uint32_t* started, uint32_t ticket,
+                       const volatile uint32_t* abortFlag, volatile uint32_t* errorWord, uint64_t timeoutNs,
+                       void* stream);
 
 }  // namespace chorus::kernels::cuda::ipc

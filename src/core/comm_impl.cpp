@@ -230,10 +230,15 @@ void CommImpl::runTask(Task& task) {
   chorusResult_t code = chorusSuccess;
   std::string message;
   try {
-    if (task.hooks.before) task.hooks.before();
+    // A broken communicator fails the operations at once, without waiting for their input.
+    if (task.hooks.before && failCode_.load() == chorusSuccess) task.hooks.before();
   } catch (const Error& e) {
     code = e.code();
     message = e.what();
+  } catch (const std::exception& e) {
+    code = chorusInternalError;
+    message =
+        strCat("rank ", rank_, ": internal error before ", opKindName(task.ops.front().kind), ": ", e.what());
   }
   if (code == chorusSuccess)
     std::tie(code, message) = runOps(task.ops);
