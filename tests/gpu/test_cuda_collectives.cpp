@@ -44,23 +44,46 @@ class DeviceCollectives : public ::testing::Test {
   }
 };
 
-// Runs fn(rank, comm, stream) on `n` threads, each a rank of one communicator on device 0.
-void onRanks(int n, const std::function<void(int, chorusComm_t, cudaStream_t)>& fn) {
-  std::vector<chorusComm_t> comms(static_cast<size_t>(n));
-  ASSERT_EQ(chorusCommInitAll(comms.data(), n, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-      cudaStream_t s = nullptr;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-      fn(r, comms[static_cast<size_t>(r)], s);
-      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      cudaStreamDestroy(s);
-    });
+using RankFn = std::function<void(int, chorusComm_t, cudaStream_t)>;
+
+// `n` ranks as threads on device 0, each with a communicator and a non-blocking stream, kept for
+// several rounds (set-up of the device state happens once).
+class Ranks {
+ public:
+  explicit Ranks(int n) : comms_(static_cast<size_t>(n)), streams_(static_cast<size_t>(n)) {
+    EXPECT_EQ(chorusCommInitAll(comms_.data(), n, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
+    EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+    for (auto& s : streams_) EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   }
-  for (auto& t : threads) t.join();
-  for (auto c : comms) chorusCommDestroy(c);
+  ~Ranks() {
+    for (auto c : comms_) chorusCommDestroy(c);
+    for (auto s : streams_) cudaStreamDestroy(s);
+  }
+  Ranks(const Ranks&) = delete;
+  Ranks& operator=(const Ranks&) = delete;
+  /// fn(rank, comm, stream) on every rank's thread; returns once all are done and synchronized.
+  void run(const RankFn& fn) {
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < comms_.size(); ++r) {
+      threads.emplace_back([&, r] {
+        ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+        fn(static_cast<int>(r), comms_[r], streams_[r]);
+        EXPECT_EQ(cudaStreamSynchronize(streams_[r]), cudaSuccess);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  int size() const { return static_cast<int>(comms_.size()); }
+
+ private:
+  std::vector<chorusComm_t> comms_;
+  std::vector<cudaStream_t> streams_;
+};
+
+// Runs fn on `n` fresh ranks.
+void onRanks(int n, const RankFn& fn) {
+  Ranks ranks(n);
+  ranks.run(fn);
 }
 
 struct DeviceBuffer {
@@ -131,7 +154,8 @@ const char* collName(Coll c) {
 }
 
 // One call on every rank, in or out of place, checked exactly on every rank that has a result.
-void checkCollective(int n, Coll coll, size_t count, DataType type, ReduceOp op, bool inPlace) {
+void checkCollective(Ranks& ranks, Coll coll, size_t count, DataType type, ReduceOp op, bool inPlace) {
+  const int n = ranks.size();
   SCOPED_TRACE(std::string(collName(coll)) + " n=" + std::to_string(n) + " count=" + std::to_string(count) +
                " " + dataTypeName(type) + " " + reduceOpName(op) + (inPlace ? " in place" : ""));
   const size_t e = dataTypeSize(type);
@@ -151,7 +175,7 @@ void checkCollective(int n, Coll coll, size_t count, DataType type, ReduceOp op,
   }
   const auto dt = static_cast<chorusDataType_t>(type);
   const auto ro = static_cast<chorusRedOp_t>(op);
-  onRanks(n, [&](int r, chorusComm_t comm, cudaStream_t s) {
+  ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
     const auto R = static_cast<size_t>(r);
     DeviceBuffer recv(std::max(inCount, outCount) * e), sendBuf(inCount * e);
     std::byte* send = sendBuf.get();
@@ -234,6 +258,7 @@ TEST_F(DeviceCollectives, EveryCollectiveExact) {
   // Around the LL limit (64 KiB), and over the 8 MiB stage (several pieces).
   const size_t counts[] = {1, 7, 1000, 16383, 16385, 300001, 3u << 20};
   for (int n : {2, 4, 8}) {
+    Ranks ranks(n);  // one set-up per rank count; every call below reuses it
     for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast, Coll::Reduce,
                    Coll::AllToAll}) {
       for (size_t count : counts) {
@@ -242,7 +267,7 @@ TEST_F(DeviceCollectives, EveryCollectiveExact) {
           // Large counts: float32 and bfloat16 sums only (the CPU reference takes its time too).
           if (count >= 16383 && to.t != DataType::Float32 && to.t != DataType::BFloat16) continue;
           for (bool inPlace : {false, true}) {
-            checkCollective(n, c, count, to.t, to.op, inPlace);
+            checkCollective(ranks, c, count, to.t, to.op, inPlace);
             if (HasFailure()) return;
           }
         }
