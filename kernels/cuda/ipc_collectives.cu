@@ -297,15 +297,6 @@ void launchWaitForHost(const volatile uint32_t* done, const volatile uint32_t* s
                                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
-const char* protocolOf(const Call& c, int* blocks) {
-  const size_t bytes = c.count * dataTypeSize(c.type);
-  const bool ll = usesLL(c.kind, bytes, c.llMaxBytes, c.layout);
-  if (blocks)
-    *blocks = ll ? llBlocks(bytes, c.maxBlocks)
-                 : planFor(c.kind, bytes, c.nranks, c.layout.stageBytes, c.maxBlocks).blocks;
-  return ll ? "LL" : "Simple";
-}
-
 void launch(const Call& c, void* streamv) {
   const size_t elem = dataTypeSize(c.type);
   Args a{};
@@ -328,41 +319,9 @@ void launch(const Call& c, void* streamv) {
   const int blocks = ll ? llBlocks(a.step.bytes, c.maxBlocks) : a.step.plan.blocks;
   auto stream = static_cast<cudaStream_t>(streamv);
   (void)cudaGetLastError();  // an error an earlier call left behind is not this launch's
-  switch (c.type) {
-    case DataType::Int8:
-      launchAs<int8_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Uint8:
-      launchAs<uint8_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Int32:
-      launchAs<int32_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Uint32:
-      launchAs<uint32_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Int64:
-      launchAs<int64_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Uint64:
-      launchAs<uint64_t>(a, ll, blocks, stream);
-      break;
-    case DataType::Float16:
-      launchAs<__half>(a, ll, blocks, stream);
-      break;
-    case DataType::BFloat16:
-      launchAs<__nv_bfloat16>(a, ll, blocks, stream);
-      break;
-    case DataType::Float32:
-      launchAs<float>(a, ll, blocks, stream);
-      break;
-    case DataType::Float64:
-      launchAs<double>(a, ll, blocks, stream);
-      break;
-    default:
-      throw Error(chorusInvalidArgument,
-                  "device collective: unknown data type " + std::to_string(static_cast<int>(c.type)));
-  }
+  if (!withStorageType(c.type, [&]<typename T>() { launchAs<T>(a, ll, blocks, stream); }))
+    throw Error(chorusInvalidArgument,
+                "device collective: unknown data type " + std::to_string(static_cast<int>(c.type)));
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw Error(chorusUnhandledCudaError, std::string("device collective kernel launch: ") +
                                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));

@@ -35,9 +35,6 @@ struct Call {
   uint64_t timeoutNs = 0;
 };
 
-/// Which protocol a call takes ("LL" or "Simple") and its grid, as launch() would choose.
-const char* protocolOf(const Call& c, int* blocks = nullptr);
-
 /// Enqueues the call on `stream`; throws chorus::Error when the launch fails. count must be > 0.
 void launch(const Call& c, void* stream);
 

@@ -218,30 +218,11 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
                                            std::to_string(kMaxSources) + ")");
   if (count == 0) return;
   auto stream = static_cast<cudaStream_t>(streamv);
-  switch (type) {
-    case DataType::Int8:
-      return dispatchOp<int8_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Uint8:
-      return dispatchOp<uint8_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Int32:
-      return dispatchOp<int32_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Uint32:
-      return dispatchOp<uint32_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Int64:
-      return dispatchOp<int64_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Uint64:
-      return dispatchOp<uint64_t>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Float16:
-      return dispatchOp<__half>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::BFloat16:
-      return dispatchOp<__nv_bfloat16>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Float32:
-      return dispatchOp<float>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-    case DataType::Float64:
-      return dispatchOp<double>(dst, srcs, nsrcs, count, op, avgDivisor, stream);
-  }
-  throw Error(chorusInvalidArgument,
-              "cuda::reduce: unknown data type " + std::to_string(static_cast<int>(type)));
+  const bool known = withStorageType(
+      type, [&]<typename T>() { dispatchOp<T>(dst, srcs, nsrcs, count, op, avgDivisor, stream); });
+  if (!known)
+    throw Error(chorusInvalidArgument,
+                "cuda::reduce: unknown data type " + std::to_string(static_cast<int>(type)));
 }
 
 void* deviceAlloc(size_t bytes) {

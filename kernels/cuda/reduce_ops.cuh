@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "chorus/chorus.hpp"
+
 namespace chorus::kernels::cuda::ops {
 
 // ---- Element traits: storage type T, accumulation type Acc --------------------------------------
@@ -98,6 +100,45 @@ __device__ A divide(A a, int d) {
   } else {
     return a / static_cast<A>(d);
   }
+}
+
+/// Calls f.template operator()<T>() with the storage type T of `type` (host code); false for an
+/// unknown type.
+template <typename F>
+bool withStorageType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::Int8:
+      f.template operator()<int8_t>();
+      return true;
+    case DataType::Uint8:
+      f.template operator()<uint8_t>();
+      return true;
+    case DataType::Int32:
+      f.template operator()<int32_t>();
+      return true;
+    case DataType::Uint32:
+      f.template operator()<uint32_t>();
+      return true;
+    case DataType::Int64:
+      f.template operator()<int64_t>();
+      return true;
+    case DataType::Uint64:
+      f.template operator()<uint64_t>();
+      return true;
+    case DataType::Float16:
+      f.template operator()<__half>();
+      return true;
+    case DataType::BFloat16:
+      f.template operator()<__nv_bfloat16>();
+      return true;
+    case DataType::Float32:
+      f.template operator()<float>();
+      return true;
+    case DataType::Float64:
+      f.template operator()<double>();
+      return true;
+  }
+  return false;
 }
 
 }  // namespace chorus::kernels::cuda::ops
