@@ -180,17 +180,24 @@ TEST(TcpTransport, DirectWritesAndReadsKeepTheStreamInOrder) {
     o.checksum = checksum;
     o.ringBytes = 128 << 10;
     o.frameBytes = 32 << 10;
-    Pair p(o);
     const size_t bytes = (8 << 20) + 4;
-    size_t wrong[2] = {0, 0}, direct[2] = {0, 0};
-    std::thread other([&] { exchangeDirect(*p.t[1], 1, bytes, &wrong[1], &direct[1]); });
-    exchangeDirect(*p.t[0], 0, bytes, &wrong[0], &direct[0]);
-    other.join();
-    EXPECT_EQ(wrong[0] + wrong[1], 0u) << "checksum " << checksum;
+    // Whether a read finds the ring empty and a large frame next (and so reads in place) depends on
+    // scheduling: under load a whole exchange can go through the ring. Every exchange must be exact;
+    // without checksums, one of up to 4 must have read in place.
+    size_t directTotal = 0;
+    for (int attempt = 0; attempt < (checksum ? 1 : 4) && (checksum || directTotal == 0); ++attempt) {
+      Pair p(o);
+      size_t wrong[2] = {0, 0}, direct[2] = {0, 0};
+      std::thread other([&] { exchangeDirect(*p.t[1], 1, bytes, &wrong[1], &direct[1]); });
+      exchangeDirect(*p.t[0], 0, bytes, &wrong[0], &direct[0]);
+      other.join();
+      EXPECT_EQ(wrong[0] + wrong[1], 0u) << "checksum " << checksum << ", exchange " << attempt;
+      directTotal += direct[0] + direct[1];
+    }
     if (checksum) {
-      EXPECT_EQ(direct[0] + direct[1], 0u) << "checksummed frames must be checked first";
+      EXPECT_EQ(directTotal, 0u) << "checksummed frames must be checked first";
     } else {
-      EXPECT_GT(direct[0] + direct[1], 0u) << "no byte was read in place";
+      EXPECT_GT(directTotal, 0u) << "no byte was read in place in 4 exchanges";
     }
   }
 }
