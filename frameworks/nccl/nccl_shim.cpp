@@ -391,14 +391,11 @@ SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 }
 SHIM_ALIAS(ncclCommCount)
 
-// Host communicators have no device: -1, after checking the handle.
+// The device bound (or the calling thread's current one); -1 where no CUDA device is usable.
 SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   START
   if (!device) return refuse(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-  int n;
-  const chorusResult_t r = chorusCommCount(toChorus(comm), &n);
-  if (r == chorusSuccess) *device = -1;
-  return fromChorus(r);
+  return fromChorus(chorusCommCuDevice(toChorus(comm), device));
   END
 }
 SHIM_ALIAS(ncclCommCuDevice)

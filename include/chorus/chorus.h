@@ -12,11 +12,12 @@
  * Device buffers (builds with CUDA; docs/gpu.md): pass a cudaStream_t (cudaStreamPerThread for a
  * default stream: NULL always means host buffers here). The call is enqueued on the stream and
  * returns, as with NCCL; calls on one communicator run in call order, even on different streams;
- * collectives between the ranks of one host can be captured in a CUDA graph. Operations staged
- * through host memory (other hosts, send/receive) are enqueued too, but cannot be captured, and in
- * a group they run when the group ends. A kernel that waits past the timeout for a peer, or is
- * stopped by chorusCommAbort, reports it through chorusCommGetAsyncError. Every rank makes the
- * same calls with the same kind of memory.
+ * collectives and send/receive between the ranks of one host run as kernels and can be captured
+ * in a CUDA graph (in a group, its sends and receives run as one kernel when the group ends).
+ * Operations staged through host memory (other hosts, the barrier) are enqueued too, but cannot
+ * be captured, and in a group they run when the group ends. A kernel that waits past the timeout
+ * for a peer, or is stopped by chorusCommAbort, reports it through chorusCommGetAsyncError. Every
+ * rank makes the same calls with the same kind of memory.
  *
  * This header compiles as C99 and as C++.
  */
@@ -171,6 +172,10 @@ CHORUS_API chorusResult_t chorusCommGetAsyncError(chorusComm_t comm, chorusResul
 
 CHORUS_API chorusResult_t chorusCommCount(const chorusComm_t comm, int* count);
 CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank);
+/** The CUDA device of the communicator's device calls: the one its first device call (or
+ *  chorusCommInitAll's devlist) bound it to, else the calling thread's current device; -1 where
+ *  no CUDA device is usable (or in a build without CUDA). */
+CHORUS_API chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device);
 
 /* ---- Collectives. `stream`: NULL for host buffers, a cudaStream_t for device buffers. ------ */
 
@@ -213,8 +218,9 @@ CHORUS_API chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* se
                                           void* stream);
 
 /** Point to point. Outside a group, Send returns once the data is handed to the transport
- *  (it may block until the peer receives when the message exceeds the transport's buffer).
- *  Messages between two ranks match in order; the receiver's count must equal the sender's. */
+ *  (it may block until the peer receives when the message exceeds the transport's buffer; with a
+ *  stream, the send's kernel may wait so on the device). Messages between two ranks match in
+ *  order; the receiver's count must equal the sender's. */
 CHORUS_API chorusResult_t chorusSend(const void* sendbuff, size_t count, chorusDataType_t datatype, int peer,
                                      chorusComm_t comm, void* stream);
 CHORUS_API chorusResult_t chorusRecv(void* recvbuff, size_t count, chorusDataType_t datatype, int peer,

@@ -185,12 +185,14 @@ struct PeerInfo {
   int32_t sms = 0;
   int32_t workspaceOk = 0;
   int32_t sharedGpuIpc = 0;  // rank 0's CHORUS_CUDA_SHARED_GPU=ipc holds for all
+  int32_t ipcOff = 0;        // rank 0's CHORUS_CUDA_IPC=0 holds for all
   int32_t setUpOk = 0;       // this rank's own allocations succeeded
   uint8_t uuid[16] = {};
   uint64_t process = 0;  // processNonce()
   uint64_t address = 0;
   uint64_t stageBytes = 0;  // rank 0's settings hold for all
   uint64_t llBytes = 0;
+  uint64_t p2pChunkBytes = 0;
   cudaIpcMemHandle_t handle{};
   char why[224] = {};
 };
@@ -238,6 +240,14 @@ ipc::Kind ipcKind(OpKind k) {
 
 bool onDevice(const void* p, int device, int rank, const char* what, OpKind kind);
 
+// Sends and receives with their streams, run as one kernel.
+using P2pList = std::vector<std::pair<Op, cudaStream_t>>;
+
+class DeviceComm;
+// The sends and receives of this thread's current group, per communicator, until the group ends
+// (thread-local, as the group is).
+thread_local std::vector<std::pair<DeviceComm*, std::shared_ptr<P2pList>>> tGroupP2p;
+
 class DeviceComm {
  public:
   /// Collective. `device` < 0: the calling thread's current device.
@@ -248,8 +258,15 @@ class DeviceComm {
   DeviceComm& operator=(const DeviceComm&) = delete;
 
   bool ipc() const { return ipc_; }
+  /// Send/recv (and all-to-all-v) run as kernels: over CUDA IPC, with every lane resident.
+  bool p2pKernels() const { return ipc_ && p2pCap_ > 0; }
   int device() const { return device_; }
   void launch(CommImpl& comm, const Op& op, cudaStream_t stream);
+  /// A send or receive over CUDA IPC: launched at once, or in a group with the group's others (of
+  /// this communicator) as one kernel at the group's end.
+  void p2p(const std::shared_ptr<CommImpl>& comm, const Op& op, cudaStream_t stream);
+  /// AllToAllv as one send/recv kernel (a send to and a receive from every rank), enqueued at once.
+  void allToAllv(CommImpl& comm, const Op& op, cudaStream_t stream);
   void staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream_t stream);
   chorusResult_t error(std::string* message) const;
   void abortKernels() {
@@ -268,6 +285,7 @@ class DeviceComm {
   // captured call must be ordered with this communicator's other calls by the caller.
   void orderAfterPrevious(cudaStream_t stream);
   void markDone(cudaStream_t stream);
+  void launchP2p(CommImpl& comm, const P2pList& ops);
 
   int rank_;
   int size_;
@@ -280,11 +298,13 @@ class DeviceComm {
   ipc::Layout layout_;
   size_t llMax_ = 0;
   int maxBlocks_ = 1;
+  int p2pCap_ = 0;  // channels (blocks) per send or receive; 0: send/recv staged
   // Host-mapped words: [0] abort flag, [1] error word, [2] the ticket of the last staged operation
   // the host finished, [3] of the last it began.
   std::unique_ptr<Pinned> words_;
   uint32_t* devWords_ = nullptr;
   Event order_;           // recorded after this rank's latest call (outside captures)
+  Event join_;            // joins the streams of a group's sends and receives
   bool ordered_ = false;  // order_ has been recorded
   std::shared_ptr<PinnedPool> pool_;
   // Staged operations in flight outside groups: their buffers and events until the copy back is done.
@@ -311,7 +331,9 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
   mine.process = processNonce();
   mine.stageBytes = env.cudaStageBytes;
   mine.llBytes = env.cudaLlBytes;
+  mine.p2pChunkBytes = env.cudaP2pChunkBytes;
   mine.sharedGpuIpc = env.cudaSharedGpuIpc ? 1 : 0;
+  mine.ipcOff = env.cudaIpc ? 0 : 1;
   // A rank without a device fails at once (its peers, if they have one, time out in set-up); other
   // failures are told to the peers through the exchanges, so that all fail with the reason.
   int devices = 0;
@@ -351,6 +373,7 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
     check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
     devWords_ = static_cast<uint32_t*>(mapped);
     check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
     mine.setUpOk = 1;
   } catch (const Error& e) {
     copyText(mine.why, sizeof mine.why, e.what());
@@ -361,7 +384,8 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
       fail(chorusSystemError, strCat("rank ", rank_, ": device set-up failed on rank ", r, ": ",
                                      info[static_cast<size_t>(r)].why));
   }
-  layout_ = ipc::makeLayout(info[0].stageBytes, info[0].llBytes);
+  layout_ = ipc::makeLayout(info[0].stageBytes, info[0].llBytes, info[0].p2pChunkBytes,
+                            std::min(size_, ipc::kMaxRanks));
   llMax_ = info[0].llBytes;
   timeoutMs_ = (comm.callTimeout().count() > 0 ? comm.callTimeout() : comm.config().timeout).count();
 
@@ -369,6 +393,10 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
   std::string why;
   bool candidate = size_ <= ipc::kMaxRanks;
   if (!candidate) why = strCat(size_, " ranks (CUDA IPC collectives take at most ", ipc::kMaxRanks, ")");
+  if (info[0].ipcOff) {
+    candidate = false;
+    why = "CHORUS_CUDA_IPC=0";
+  }
   const auto& topo = comm.topology();
   for (int r = 0; candidate && r < size_; ++r) {
     const PeerInfo& pr = info[static_cast<size_t>(r)];
@@ -437,9 +465,14 @@ DeviceComm::DeviceComm(CommImpl& comm, int device)
       }
       maxBlocks_ = std::min(maxBlocks_, std::max(1, info[static_cast<size_t>(r)].sms / std::max(1, sharing)));
     }
+    // A send/recv kernel has a block per direction, peer and channel, up to maxBlocks_ in all, so
+    // that all are resident at once (or else send/recv is staged, on every rank alike).
+    p2pCap_ = std::min(maxBlocks_ / (2 * size_), ipc::kP2pChannels);
     logInfo(Subsys::Init, "rank ", rank_, ": device buffers over CUDA IPC on device ", device_, ", ", size_,
             " ranks, up to ", maxBlocks_, " blocks per kernel, stage ", layout_.stageBytes,
-            " bytes, LL up to ", llMax_, " bytes");
+            " bytes, LL up to ", llMax_, " bytes, send/recv ",
+            p2pCap_ > 0 ? strCat(p2pCap_, " channel(s) of ", layout_.p2pSlotBytes, "-byte chunks")
+                        : strCat("staged (", maxBlocks_, " blocks cannot hold 2 x ", size_, " lanes)"));
   } else {
     // No peer maps this rank's workspace: it can go (cudaFree waits for the device, but no kernel
     // of this communicator has been launched).
@@ -558,6 +591,12 @@ chorusResult_t DeviceComm::error(std::string* message) const {
                  timeoutMs_.load() / 1000.0, " s");
     return chorusTimeout;
   }
+  if (why == ipc::kErrP2pSize) {
+    if (message)
+      *message = strCat("rank ", rank_, ": a device receive from rank ", peer,
+                        " met a send of another size (a send's count and type must match its receive's)");
+    return chorusInvalidUsage;
+  }
   if (why == ipc::kErrAborted) {
     if (message)
       *message = strCat("rank ", rank_, ": a device collective was stopped: the communicator was aborted");
@@ -597,6 +636,111 @@ void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   timeoutMs_ = t.count();  // for the message, should this call time out
   ipc::launch(c, stream);
   if (!captured) markDone(stream);
+}
+
+void DeviceComm::p2p(const std::shared_ptr<CommImpl>& comm, const Op& op, cudaStream_t stream) {
+  if (!group::active()) {
+    launchP2p(*comm, P2pList{{op, stream}});
+    return;
+  }
+  // In a group, all of this communicator's sends and receives run as one kernel at the group's
+  // end (after its collectives, as on the host), launched before anything there waits, so that
+  // the two ends of an exchange never wait for each other's next kernel.
+  auto it = std::find_if(tGroupP2p.begin(), tGroupP2p.end(), [&](const auto& e) { return e.first == this; });
+  if (it == tGroupP2p.end()) {
+    auto list = std::make_shared<P2pList>();
+    group::launch([this, comm, list] {
+      std::erase_if(tGroupP2p, [&](const auto& e) { return e.second == list; });
+      const OnDevice on(device_);
+      launchP2p(*comm, *list);
+    });
+    tGroupP2p.emplace_back(this, list);
+    it = tGroupP2p.end() - 1;
+  }
+  // Refused here, on the call that goes over, rather than at the group's end.
+  if (it->second->size() >= static_cast<size_t>(ipc::kMaxP2pOps)) {
+    fail(chorusInvalidUsage,
+         strCat("rank ", rank_, ": ", opKindName(op.kind), ": a group holds at most ", ipc::kMaxP2pOps,
+                " sends and receives of device buffers per communicator (they run as one "
+                "kernel)"));
+  }
+  it->second->emplace_back(op, stream);
+}
+
+void DeviceComm::launchP2p(CommImpl& comm, const P2pList& ops) {
+  throwIfFailed();
+  if (ops.empty()) return;
+  if (ops.size() > static_cast<size_t>(ipc::kMaxP2pOps)) {
+    fail(chorusInvalidUsage, strCat("rank ", rank_, ": a group holds ", ops.size(),
+                                    " sends and receives of device buffers on one communicator; at most ",
+                                    ipc::kMaxP2pOps, " run together"));
+  }
+  ipc::P2pCall c;
+  ipc::P2pArgs& a = c.args;
+  for (int r = 0; r < size_; ++r) a.ws[r] = static_cast<ipc::Byte*>(ws_[r]);
+  a.layout = layout_;
+  a.rank = rank_;
+  a.nranks = size_;
+  a.channelsCap = p2pCap_;
+  for (const auto& [op, s] : ops) {
+    const bool send = op.kind == OpKind::Send;
+    a.ops[a.nOps++] = ipc::P2pOp{static_cast<ipc::Byte*>(send ? const_cast<void*>(op.send) : op.recv),
+                                 op.messageBytes(), op.peer, send ? 1 : 0};
+  }
+  if (ipc::planP2pLanes(a) == 0) return;  // empty messages only
+  c.abortFlag = devWords_;
+  c.errorWord = devWords_ + 1;
+  const auto t = ops.front().first.timeout.count() > 0 ? ops.front().first.timeout : comm.config().timeout;
+  c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
+  timeoutMs_ = t.count();
+  const cudaStream_t stream = ops.front().second;
+  std::vector<cudaStream_t> others;
+  for (const auto& [op, s] : ops) {
+    if (s != stream && std::find(others.begin(), others.end(), s) == others.end()) others.push_back(s);
+  }
+  const bool captured = capturing(stream);
+  for (cudaStream_t s : others) {
+    if (capturing(s) != captured)
+      fail(chorusInvalidUsage, strCat("rank ", rank_,
+                                      ": the sends and receives of a group are on streams of which some are "
+                                      "being captured into a CUDA graph and some are not"));
+  }
+  if (!captured) orderAfterPrevious(stream);
+  for (cudaStream_t s : others) {  // the kernel starts once every stream of the group got there
+    check(cudaEventRecord(join_.e, s), rank_, "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream, join_.e, 0), rank_, "cudaStreamWaitEvent");
+  }
+  ipc::launchP2p(c, stream);
+  if (!captured) markDone(stream);
+  if (!others.empty()) {  // and every stream goes on once it is done
+    check(cudaEventRecord(join_.e, stream), rank_, "cudaEventRecord");
+    for (cudaStream_t s : others) check(cudaStreamWaitEvent(s, join_.e, 0), rank_, "cudaStreamWaitEvent");
+  }
+}
+
+void DeviceComm::allToAllv(CommImpl& comm, const Op& op, cudaStream_t stream) {
+  P2pList list;
+  const size_t e = dataTypeSize(op.type);
+  for (int q = 0; q < size_; ++q) {
+    const auto Q = static_cast<size_t>(q);
+    Op send = op, recv = op;  // an empty block's buffer and displacement are never used
+    send.kind = OpKind::Send;
+    send.peer = q;
+    send.count = op.sendCounts[Q];
+    if (send.count > 0) send.send = static_cast<const std::byte*>(op.send) + op.sendDispls[Q] * e;
+    recv.kind = OpKind::Recv;
+    recv.peer = q;
+    recv.count = op.recvCounts[Q];
+    if (recv.count > 0) recv.recv = static_cast<std::byte*>(op.recv) + op.recvDispls[Q] * e;
+    for (Op* o : {&send, &recv}) {
+      o->sendCounts.clear();
+      o->sendDispls.clear();
+      o->recvCounts.clear();
+      o->recvDispls.clear();
+      if (o->count > 0) list.emplace_back(std::move(*o), stream);
+    }
+  }
+  launchP2p(comm, list);
 }
 
 // Bytes an operation reads from its send buffer and writes to its receive buffer, on this rank.
@@ -843,6 +987,24 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
   d.throwIfFailed();
   const OnDevice on(d.device());
   auto stream = static_cast<cudaStream_t>(streamv);
+  if (d.p2pKernels() && op.isPointToPoint()) {
+    // The peer takes the same path when it passes device memory too (which device calls require).
+    const void* buf = op.kind == OpKind::Send ? op.send : op.recv;
+    if (op.count == 0) return;
+    if (onDevice(buf, d.device(), c.rank(), op.kind == OpKind::Send ? "send" : "receive", op.kind)) {
+      d.p2p(comm, op, stream);
+      return;
+    }
+  }
+  if (d.p2pKernels() && op.kind == OpKind::AllToAllv) {
+    const auto [in, out] = stagedBytes(op, c.rank(), c.size());
+    if (in == 0 && out == 0) return;  // then every peer sends this rank nothing, and expects nothing
+    if ((in == 0 || onDevice(op.send, d.device(), c.rank(), "send", op.kind)) &&
+        (out == 0 || onDevice(op.recv, d.device(), c.rank(), "receive", op.kind))) {
+      d.allToAllv(c, op, stream);
+      return;
+    }
+  }
   if (d.ipc() && kernelKind(op.kind)) {
     const bool sends = op.kind != OpKind::Broadcast || op.root == c.rank();
     const bool receives = op.kind != OpKind::Reduce || op.root == c.rank();
@@ -876,6 +1038,19 @@ void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int*
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+int deviceOf(CommImpl& comm) {
+  {
+    std::lock_guard lk(comm.deviceMutex());
+    if (const auto& state = comm.deviceState()) return static_cast<DeviceComm*>(state.get())->device();
+  }
+  int n = 0, d = -1;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
 }
 
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {

@@ -21,14 +21,25 @@ namespace {
 
 using namespace ops;
 
-struct Args {
-  StepArgs step;
-  int op;
-  int divisor;
+// How a kernel waits: until the deadline or the host's abort flag; the first failure into errorWord.
+struct Control {
   const volatile uint32_t* abortFlag;
   volatile uint32_t* errorWord;
   uint64_t timeoutNs;
 };
+
+struct Args {
+  StepArgs step;
+  int op;
+  int divisor;
+  Control ctl;
+};
+
+struct P2pKernelArgs {
+  P2pArgs p;
+  Control ctl;
+};
+static_assert(sizeof(P2pKernelArgs) <= 4096, "kernel parameters: 4 KiB on every supported driver");
 
 __device__ __forceinline__ uint64_t nowNs() {
   uint64_t t;
@@ -36,12 +47,12 @@ __device__ __forceinline__ uint64_t nowNs() {
   return t;
 }
 
-__device__ __forceinline__ void report(const Args& a, uint32_t why, int peer) {
+__device__ __forceinline__ void report(const Control& a, uint32_t why, int peer) {
   if (*a.errorWord == 0) *a.errorWord = (why << 16) | static_cast<uint32_t>(peer + 1);
 }
 
 // Every 1024 polls: false (and the failure reported) once aborted or past the deadline.
-__device__ __forceinline__ bool stillWaiting(const Args& a, uint32_t& spins, uint64_t start, int peer) {
+__device__ __forceinline__ bool stillWaiting(const Control& a, uint32_t& spins, uint64_t start, int peer) {
   if (++spins % 1024 != 0) return true;
   if (*a.abortFlag != 0) {
     report(a, kErrAborted, peer);
@@ -73,7 +84,7 @@ __device__ bool barrier(const Args& a, int& failed, uint64_t seq, uint32_t& k) {
     uint32_t spins = 0;
     const uint64_t start = nowNs();
     while (*mine < v) {
-      if (!stillWaiting(a, spins, start, t)) {
+      if (!stillWaiting(a.ctl, spins, start, t)) {
         failed = 1;
         break;
       }
@@ -146,11 +157,13 @@ __device__ __forceinline__ Vec16 reduceAs(const Vec16* in, int n, int divisor) {
   return asVec(out.raw);
 }
 
-// The memory operations of ipc_steps.hpp on the device. Peers' memory is read through L2 only
+// The memory operations of ipc_steps.hpp on the device. Workspaces are read through L2 only
 // (__ldcg), so that no block sees a line an earlier phase cached in L1.
 template <typename T>
 struct DeviceMemOps {
-  const Args& a;
+  const Control& ctl;
+  int op;
+  int divisor;
 
   __device__ void copy(Byte* dst, const Byte* src, size_t n) {
     if (n == kPack && aligned(dst, 16) && aligned(src, 16)) {
@@ -165,7 +178,7 @@ struct DeviceMemOps {
         *reinterpret_cast<unsigned short*>(dst + i) =
             __ldcg(reinterpret_cast<const unsigned short*>(src + i));
     } else {
-      for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+      for (size_t i = 0; i < n; ++i) dst[i] = __ldcg(src + i);
     }
   }
   __device__ Vec16 load(const Byte* src) { return asVec(__ldcg(reinterpret_cast<const uint4*>(src))); }
@@ -182,17 +195,17 @@ struct DeviceMemOps {
     }
   }
   __device__ Vec16 reduce(const Vec16* in, int n) {
-    switch (static_cast<ReduceOp>(a.op)) {
+    switch (static_cast<ReduceOp>(op)) {
       case ReduceOp::Prod:
-        return reduceAs<T, OpProd, false>(in, n, a.divisor);
+        return reduceAs<T, OpProd, false>(in, n, divisor);
       case ReduceOp::Max:
-        return reduceAs<T, OpMax, false>(in, n, a.divisor);
+        return reduceAs<T, OpMax, false>(in, n, divisor);
       case ReduceOp::Min:
-        return reduceAs<T, OpMin, false>(in, n, a.divisor);
+        return reduceAs<T, OpMin, false>(in, n, divisor);
       case ReduceOp::Avg:
-        return reduceAs<T, OpSum, true>(in, n, a.divisor);
+        return reduceAs<T, OpSum, true>(in, n, divisor);
       default:
-        return reduceAs<T, OpSum, false>(in, n, a.divisor);
+        return reduceAs<T, OpSum, false>(in, n, divisor);
     }
   }
   __device__ void storeLine(Byte* dst, const Vec16& v) {
@@ -213,7 +226,7 @@ struct DeviceMemOps {
     uint32_t spins = 0;
     const uint64_t start = nowNs();
     while (line->u[1] != flag || line->u[3] != flag) {
-      if (!stillWaiting(a, spins, start, peer)) return false;
+      if (!stillWaiting(ctl, spins, start, peer)) return false;
       *line = loadLine(src);
     }
     return true;
@@ -227,7 +240,8 @@ struct DeviceBlock {
   int& failed;  // in shared memory
   DeviceMemOps<T> m;
 
-  __device__ DeviceBlock(const Args& args, int& sharedFailed) : a(args), failed(sharedFailed), m{args} {
+  __device__ DeviceBlock(const Args& args, int& sharedFailed)
+      : a(args), failed(sharedFailed), m{args.ctl, args.op, args.divisor} {
     if (threadIdx.x == 0) failed = 0;  // published by seq()'s __syncthreads
   }
   __device__ uint64_t seq() { return kernelSeq(a); }
@@ -239,6 +253,57 @@ struct DeviceBlock {
   __device__ bool barrier(uint64_t seq, uint32_t& k) { return ipc::barrier(a, failed, seq, k); }
   __device__ void finish(uint64_t seq) { ipc::finish(a, seq); }
 };
+
+// ipc_steps.hpp's P2P executor on the device: one CUDA block, one lane.
+struct P2pBlock {
+  const Control& ctl;
+  int& failed;  // in shared memory, 0 at the start
+  DeviceMemOps<unsigned char> m;
+
+  __device__ int block() const { return static_cast<int>(blockIdx.x); }
+  __device__ DeviceMemOps<unsigned char>& mem() { return m; }
+  template <typename F>
+  __device__ void threads(F&& f) {
+    f(static_cast<size_t>(threadIdx.x), static_cast<size_t>(kThreads));
+  }
+  // Counters this rank keeps and sizes no one changes while they are read: every thread alike.
+  __device__ uint64_t read(const uint64_t* word) { return *reinterpret_cast<const volatile uint64_t*>(word); }
+  __device__ bool waitAtLeast(const uint64_t* word, uint64_t v, int peer) {
+    __syncthreads();  // every thread has read `failed` of the wait before
+    if (threadIdx.x == 0) {
+      const volatile uint64_t* w = word;
+      uint32_t spins = 0;
+      const uint64_t start = nowNs();
+      while (*w < v) {
+        if (!stillWaiting(ctl, spins, start, peer)) {
+          failed = 1;
+          break;
+        }
+      }
+      __threadfence_system();  // what the peer wrote before `word`, before this block reads it
+    }
+    __syncthreads();
+    return !failed;
+  }
+  __device__ void publish(uint64_t* word, uint64_t v) {
+    __syncthreads();  // the block's copies are done
+    if (threadIdx.x == 0) {
+      __threadfence_system();
+      *reinterpret_cast<volatile uint64_t*>(word) = v;
+    }
+  }
+  __device__ void report(uint32_t why, int peer) {
+    if (threadIdx.x == 0) ipc::report(ctl, why, peer);
+  }
+};
+
+__global__ void __launch_bounds__(kThreads) p2pKernel(P2pKernelArgs a) {
+  __shared__ int sFailed;
+  if (threadIdx.x == 0) sFailed = 0;
+  __syncthreads();
+  P2pBlock x{a.ctl, sFailed, DeviceMemOps<unsigned char>{a.ctl, 0, 1}};
+  p2pKernelBody(x, a.p);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) simpleKernel(Args a) {
@@ -312,9 +377,7 @@ void launch(const Call& c, void* streamv) {
   a.step.kind = c.kind;
   a.op = static_cast<int>(c.op);
   a.divisor = c.nranks;
-  a.abortFlag = c.abortFlag;
-  a.errorWord = c.errorWord;
-  a.timeoutNs = c.timeoutNs;
+  a.ctl = Control{c.abortFlag, c.errorWord, c.timeoutNs};
   const bool ll = usesLL(c.kind, a.step.bytes, c.llMaxBytes, c.layout);
   const int blocks = ll ? llBlocks(a.step.bytes, c.maxBlocks) : a.step.plan.blocks;
   auto stream = static_cast<cudaStream_t>(streamv);
@@ -325,6 +388,16 @@ void launch(const Call& c, void* streamv) {
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw Error(chorusUnhandledCudaError, std::string("device collective kernel launch: ") +
                                               cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+void launchP2p(const P2pCall& c, void* stream) {
+  if (c.args.nLanes <= 0) return;
+  P2pKernelArgs a{c.args, Control{c.abortFlag, c.errorWord, c.timeoutNs}};
+  (void)cudaGetLastError();
+  p2pKernel<<<a.p.nLanes, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    throw Error(chorusUnhandledCudaError, std::string("device send/recv kernel launch: ") + cudaGetErrorName(e) +
+                                              ": " + cudaGetErrorString(e));
 }
 
 }  // namespace chorus::kernels::cuda::ipc

@@ -38,6 +38,18 @@ struct Call {
 /// Enqueues the call on `stream`; throws chorus::Error when the launch fails. count must be > 0.
 void launch(const Call& c, void* stream);
 
+/// The sends and receives of one call or group (args.lanes planned by planP2pLanes).
+struct P2pCall {
+  P2pArgs args{};
+  const volatile uint32_t* abortFlag = nullptr;
+  volatile uint32_t* errorWord = nullptr;
+  uint64_t timeoutNs = 0;
+};
+
+/// Enqueues one block per lane on `stream` (nothing when there are no lanes); throws chorus::Error
+/// when the launch fails.
+void launchP2p(const P2pCall& c, void* stream);
+
 /// Enqueues a one-thread kernel that holds `stream` until the host-mapped word `*done` reaches
 /// `ticket` (an operation staged through host memory has finished there; tickets only grow) or the
 /// abort flag is set. Once `*started` has reached `ticket` (the host began it), it gives up after

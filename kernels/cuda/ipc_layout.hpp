@@ -5,6 +5,7 @@
 //
 // Workspace of one rank (device memory, mapped into every peer of the communicator):
 //   [Signals] [LL area: 2 parities x kMaxRanks sources x llLines x 16 B] [Simple: 2 halves x (stage, result)]
+//   [P2P: p2pSources sources x kP2pChannels channels x kP2pSlots slots x p2pSlotBytes]
 // - Signals::flag[b][p] is written by block b of peer p (a barrier value that only grows);
 //   Signals::seq counts the kernels run on the workspace; the last block of each kernel bumps it.
 //   Every Simple kernel ends with a barrier, so once a rank's kernel has completed no peer touches
@@ -15,6 +16,13 @@
 // - Simple: each rank copies its input into its stage, the ranks meet at a per-block barrier, read
 //   each other's stages (and result areas) directly. Halves alternate by the parity of seq, so a
 //   kernel never overwrites what a peer's previous kernel may still be reading.
+// - P2P (send/recv): a FIFO per source and channel in the receiver's workspace. The sender copies
+//   chunk n into slot n % kP2pSlots once the receiver has taken chunk n - kP2pSlots (p2pHead, which
+//   the receiver keeps in its own Signals and the sender reads), writes the message's size beside
+//   it (p2pMeta) and then p2pTail (both in the receiver's Signals). The receiver writes only its
+//   own workspace, so a sender's workspace can go as soon as its kernels are done. Chunk counts per
+//   peer and channel live on (p2pSent, p2pHead), so that each kernel goes on where the last one
+//   stopped.
 #pragma once
 
 #include <cstddef>
@@ -34,13 +42,23 @@ inline constexpr int kThreads = 512;   // threads per block
 inline constexpr size_t kPack = 16;    // bytes moved per thread per step (one uint4)
 inline constexpr size_t kLine = 16;    // bytes of one LL line (8 of them data)
 inline constexpr size_t kLineData = 8;
+inline constexpr int kP2pChannels = 4;  // blocks (and FIFOs) per peer and direction at most
+inline constexpr int kP2pSlots = 4;     // chunks in flight per FIFO
 
 struct Signals {
   uint64_t flag[kMaxBlocks][kMaxRanks];
   unsigned long long seq;  // 64 bits: barrier values built from it never wrap
   unsigned int done;
+  // P2P, per peer and channel. Written by that peer: p2pTail (chunks it has put into this rank's
+  // FIFO) and p2pMeta (the size of the message each slot's chunk belongs to). Written by this rank:
+  // p2pHead (chunks it has taken from that peer's FIFO; the peer reads it) and p2pSent (chunks it
+  // has sent to that peer).
+  uint64_t p2pTail[kMaxRanks][kP2pChannels];
+  uint64_t p2pHead[kMaxRanks][kP2pChannels];
+  uint64_t p2pSent[kMaxRanks][kP2pChannels];
+  uint64_t p2pMeta[kMaxRanks][kP2pChannels][kP2pSlots];
 };
-inline constexpr size_t kSignalsBytes = 4096;
+inline constexpr size_t kSignalsBytes = 8192;
 static_assert(sizeof(Signals) <= kSignalsBytes);
 
 CHORUS_HD constexpr size_t roundUp(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -51,6 +69,9 @@ struct Layout {
   size_t llBytes = 0;     // largest LL payload, bytes per rank per call
   size_t llOffset = 0;
   size_t simpleOffset = 0;
+  size_t p2pSlotBytes = 0;  // one P2P chunk
+  int p2pSources = 0;       // FIFOs for this many source ranks
+  size_t p2pOffset = 0;
   size_t total = 0;
 
   CHORUS_HD constexpr size_t llLines() const { return llBytes / kLineData; }
@@ -63,16 +84,27 @@ struct Layout {
     return simpleOffset + static_cast<size_t>(half) * 2 * stageBytes;
   }
   CHORUS_HD constexpr size_t result(int half) const { return stage(half) + stageBytes; }
+  /// Slot `slot` of the FIFO that source `src` fills on channel `channel`.
+  CHORUS_HD constexpr size_t p2pSlot(int src, int channel, int slot) const {
+    return p2pOffset + ((static_cast<size_t>(src) * kP2pChannels + static_cast<size_t>(channel)) * kP2pSlots +
+                        static_cast<size_t>(slot)) *
+                           p2pSlotBytes;
+  }
 };
 
-/// stageBytes and llBytes are rounded up to 4 KiB and 8 bytes; the areas stay 4 KiB aligned.
-CHORUS_HD constexpr Layout makeLayout(size_t stageBytes, size_t llBytes) {
+/// stageBytes and llBytes are rounded up to 4 KiB and 8 bytes, p2pSlotBytes (0: no P2P area) to
+/// 4 KiB; the areas stay 4 KiB aligned. The P2P area holds FIFOs for `p2pSources` source ranks.
+CHORUS_HD constexpr Layout makeLayout(size_t stageBytes, size_t llBytes, size_t p2pSlotBytes = 0,
+                                      int p2pSources = kMaxRanks) {
   Layout l;
   l.stageBytes = roundUp(stageBytes, 4096);
   l.llBytes = roundUp(llBytes, kLineData);
   l.llOffset = kSignalsBytes;
   l.simpleOffset = roundUp(l.llOffset + 2 * kMaxRanks * l.llLines() * kLine, 4096);
-  l.total = l.simpleOffset + 4 * l.stageBytes;
+  l.p2pSlotBytes = roundUp(p2pSlotBytes, 4096);
+  l.p2pSources = l.p2pSlotBytes == 0 ? 0 : p2pSources;
+  l.p2pOffset = l.simpleOffset + 4 * l.stageBytes;
+  l.total = l.p2pOffset + static_cast<size_t>(l.p2pSources) * kP2pChannels * kP2pSlots * l.p2pSlotBytes;
   return l;
 }
 

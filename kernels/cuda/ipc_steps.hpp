@@ -9,6 +9,7 @@
 //   Vec16 reduce(const Vec16* in, int n)                 element-wise, in rank order
 //   void storeLine(Byte* dst, const Vec16& line)         one LL line, as one 16-byte store
 //   bool pollLine(const Byte* src, uint32_t flag, int peer, Vec16* line)   false: timed out
+// (copy and load/store are all that the P2P kernel uses).
 // Thread i of n threads (i = block * kThreads + thread) handles the packs w = i, i + n, ... of
 // every slice, so position w is always handled by block (w / kThreads) % blocks: what a block
 // reads after a barrier was written before it by the same block of the writer.
@@ -26,7 +27,8 @@ enum class Kind : int { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, 
 /// What a kernel writes into the host-mapped error word: why << 16 | (peer waited for + 1).
 inline constexpr uint32_t kErrTimeout = 1;
 inline constexpr uint32_t kErrAborted = 2;
-inline constexpr uint32_t kErrStaged = 3;  // a staged operation did not finish on the host in time
+inline constexpr uint32_t kErrStaged = 3;   // a staged operation did not finish on the host in time
+inline constexpr uint32_t kErrP2pSize = 4;  // a receive met a send of another size
 
 using Byte = unsigned char;
 struct alignas(16) Vec16 {
@@ -174,6 +176,149 @@ CHORUS_HD bool llRead(const StepArgs& a, int parity, uint32_t flag, size_t i, si
     m.store(a.recv + l * kLineData, v, atMost(a.bytes - l * kLineData, kLineData));
   }
   return true;
+}
+
+/// `len` bytes from src to dst, thread i of n: 16-byte packs i, i + n, ..., four loads in flight
+/// when both addresses are 16-byte aligned.
+template <typename M>
+CHORUS_HD void copyRange(Byte* dst, const Byte* src, size_t len, size_t i, size_t n, M& m) {
+  size_t w = i;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (kPack - 1)) == 0) {
+    constexpr size_t kU = 4;
+    const size_t packs = len / kPack;
+    for (; w + (kU - 1) * n < packs; w += kU * n) {
+      Vec16 v[kU];
+      for (size_t u = 0; u < kU; ++u) v[u] = m.load(src + (w + u * n) * kPack);
+      for (size_t u = 0; u < kU; ++u) m.store(dst + (w + u * n) * kPack, v[u], kPack);
+    }
+  }
+  for (; w * kPack < len; w += n) m.copy(dst + w * kPack, src + w * kPack, atMost(len - w * kPack, kPack));
+}
+
+// ---- Send/Recv (P2P): one kernel runs every send and receive of a call or a group ----
+
+inline constexpr int kMaxP2pOps = 64;                              // sends and receives per kernel
+inline constexpr int kMaxP2pLanes = 2 * kMaxRanks * kP2pChannels;  // blocks per kernel at most
+
+struct P2pOp {
+  Byte* buf;  // the send buffer (read) or the receive buffer (written)
+  size_t bytes;
+  int peer;
+  int send;  // 1: send to peer, 0: receive from peer
+};
+/// One block: the ops of one direction and peer (in call order), the chunks of channel `channel`.
+struct P2pLane {
+  int send;
+  int peer;
+  int channel;
+};
+struct P2pArgs {
+  Byte* ws[kMaxRanks];
+  Layout layout;
+  int rank;
+  int nranks;
+  int channelsCap;  // the same on every rank of the communicator
+  int nOps;
+  int nLanes;
+  P2pOp ops[kMaxP2pOps];
+  P2pLane lanes[kMaxP2pLanes];
+};
+
+/// Chunks of a message of `bytes`, and the channels they are dealt to (chunk k to channel k % C,
+/// the same on both sides of a matched send and receive; 0 for an empty message).
+CHORUS_HD inline size_t p2pChunks(size_t bytes, const Layout& l) { return ceilDiv(bytes, l.p2pSlotBytes); }
+CHORUS_HD inline int p2pChannels(size_t bytes, const Layout& l, int cap) {
+  const size_t chunks = p2pChunks(bytes, l);
+  const size_t c = static_cast<size_t>(cap < 1 ? 1 : (cap > kP2pChannels ? kP2pChannels : cap));
+  return static_cast<int>(chunks < c ? chunks : c);
+}
+
+/// Fills a.lanes from a.ops: per direction and peer (in order of first use), as many lanes as its
+/// widest op has channels. Returns the number of lanes (0: nothing to move).
+inline int planP2pLanes(P2pArgs& a) {
+  a.nLanes = 0;
+  for (int o = 0; o < a.nOps; ++o) {
+    const P2pOp& op = a.ops[o];
+    bool seen = false;
+    for (int q = 0; q < o && !seen; ++q) seen = a.ops[q].send == op.send && a.ops[q].peer == op.peer;
+    if (seen) continue;
+    int width = 0;
+    for (int q = o; q < a.nOps; ++q) {
+      if (a.ops[q].send == op.send && a.ops[q].peer == op.peer) {
+        const int c = p2pChannels(a.ops[q].bytes, a.layout, a.channelsCap);
+        width = c > width ? c : width;
+      }
+    }
+    for (int c = 0; c < width && a.nLanes < kMaxP2pLanes; ++c)
+      a.lanes[a.nLanes++] = P2pLane{op.send, op.peer, c};
+  }
+  return a.nLanes;
+}
+
+CHORUS_HD inline Signals* signalsAt(Byte* ws) { return reinterpret_cast<Signals*>(ws); }
+
+/// The P2P kernel, one lane per block, for an executor `X`:
+///   int block()                                 this block's index
+///   M& mem()                                    the memory operations above
+///   void threads(F f)                           f(t, kThreads) for every thread t of the block
+///   uint64_t read(const uint64_t* word)         a counter, the same for every thread
+///   bool waitAtLeast(const uint64_t* word, uint64_t v, int peer)   until *word >= v; false: it failed
+///                                                (what follows is ordered after the writes before it)
+///   void publish(uint64_t* word, uint64_t v)    after the block's writes (and reads) so far, *word = v
+///   void report(uint32_t why, int peer)         a failure, into the error word
+/// A sender waits for a free slot (reading the receiver's head), fills it, publishes the message
+/// size and then the tail into the receiver's workspace; the receiver waits for the tail, checks
+/// the size, copies the chunk out and publishes the head in its own workspace.
+template <typename X>
+CHORUS_HD void p2pKernelBody(X& x, const P2pArgs& a) {
+  const int b = x.block();
+  if (b >= a.nLanes) return;
+  const P2pLane lane = a.lanes[b];
+  const int c = lane.channel;
+  const int p = lane.peer;
+  auto& m = x.mem();
+  Signals* mine = signalsAt(a.ws[a.rank]);
+  Signals* theirs = signalsAt(a.ws[p]);
+  uint64_t* count = lane.send ? &mine->p2pSent[p][c] : &mine->p2pHead[p][c];
+  uint64_t n = x.read(count);
+  const size_t slotBytes = a.layout.p2pSlotBytes;
+  bool ok = true;
+  for (int o = 0; o < a.nOps && ok; ++o) {
+    const P2pOp& op = a.ops[o];
+    if (op.send != lane.send || op.peer != p) continue;
+    const size_t chunks = p2pChunks(op.bytes, a.layout);
+    const auto width = static_cast<size_t>(p2pChannels(op.bytes, a.layout, a.channelsCap));
+    for (size_t k = static_cast<size_t>(c); k < chunks && ok; k += width, ++n) {
+      const int slot = static_cast<int>(n % kP2pSlots);
+      const size_t off = k * slotBytes;
+      const size_t len = atMost(op.bytes - off, slotBytes);
+      if (lane.send) {
+        Byte* dst = a.ws[p] + a.layout.p2pSlot(a.rank, c, slot);
+        if (n >= static_cast<uint64_t>(kP2pSlots) &&
+            !x.waitAtLeast(&theirs->p2pHead[a.rank][c], n - kP2pSlots + 1, p)) {
+          ok = false;
+          break;
+        }
+        x.threads([&](size_t i, size_t t) { copyRange(dst, op.buf + off, len, i, t, m); });
+        x.publish(&theirs->p2pMeta[a.rank][c][slot], static_cast<uint64_t>(op.bytes));
+        x.publish(&theirs->p2pTail[a.rank][c], n + 1);
+      } else {
+        const Byte* src = a.ws[a.rank] + a.layout.p2pSlot(p, c, slot);
+        if (!x.waitAtLeast(&mine->p2pTail[p][c], n + 1, p)) {
+          ok = false;
+          break;
+        }
+        if (x.read(&mine->p2pMeta[p][c][slot]) != static_cast<uint64_t>(op.bytes)) {
+          x.report(kErrP2pSize, p);
+          ok = false;
+          break;
+        }
+        x.threads([&](size_t i, size_t t) { copyRange(op.buf + off, src, len, i, t, m); });
+        x.publish(&mine->p2pHead[p][c], n + 1);
+      }
+    }
+  }
+  if (ok && lane.send) x.publish(count, n);  // only this lane counts this peer and channel
 }
 
 /// The Simple kernel, for an executor `X` running one block of one rank (the device kernel, or a host

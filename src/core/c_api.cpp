@@ -258,6 +258,13 @@ chorusResult_t chorusCommCount(const chorusComm_t comm, int* count) {
   });
 }
 
+chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device) {
+  return guarded(comm, [&] {
+    if (!device) failInvalid("chorusCommCuDevice: device is NULL");
+    *device = device::deviceOf(*lookup(comm, "chorusCommCuDevice"));
+  });
+}
+
 chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank) {
   return guarded(comm, [&] {
     if (!rank) failInvalid("chorusCommUserRank: rank is NULL");

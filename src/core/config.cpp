@@ -131,6 +131,24 @@ EnvConfig readEnv() {
       c.cudaLlBytes = *b;
     }
   }
+  // CHORUS_CUDA_P2P_CHUNK_BYTES: one chunk (FIFO slot) of device send/recv over CUDA IPC (default
+  // 64K, 4K to 16M; rank 0's value holds).
+  if (const char* v = std::getenv("CHORUS_CUDA_P2P_CHUNK_BYTES")) {
+    auto b = parseByteSize(v);
+    if (!b || *b < 4096 || *b > (size_t{16} << 20)) {
+      note(strCat("CHORUS_CUDA_P2P_CHUNK_BYTES='", v, "' must be a size between 4K and 16M"));
+    } else {
+      c.cudaP2pChunkBytes = *b;
+    }
+  }
+  // CHORUS_CUDA_IPC: 1 (default) or 0, which stages every device call through host memory.
+  if (const char* v = std::getenv("CHORUS_CUDA_IPC")) {
+    const std::string s = v;
+    if (s == "0")
+      c.cudaIpc = false;
+    else if (s != "1")
+      note(strCat("CHORUS_CUDA_IPC='", v, "' must be 0 or 1"));
+  }
   // CHORUS_CUDA_SHARED_GPU: "staged" (default) or "ipc": how processes sharing one GPU exchange
   // device buffers (their kernels are time-sliced unless MPS runs them side by side).
   if (const char* v = std::getenv("CHORUS_CUDA_SHARED_GPU")) {

@@ -41,6 +41,10 @@ struct EnvConfig {
   /// as large) and the largest allreduce sent with the LL protocol.
   size_t cudaStageBytes = size_t{8} << 20;
   size_t cudaLlBytes = size_t{64} << 10;
+  /// Device send/recv over CUDA IPC: bytes of one chunk (each FIFO holds four, per peer and channel).
+  size_t cudaP2pChunkBytes = size_t{64} << 10;
+  /// CHORUS_CUDA_IPC=0: every device call is staged through host memory (no kernels over CUDA IPC).
+  bool cudaIpc = true;
   /// Processes sharing a GPU use CUDA IPC anyway (CHORUS_CUDA_SHARED_GPU=ipc; default: staged).
   bool cudaSharedGpuIpc = false;
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.

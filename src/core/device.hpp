@@ -33,6 +33,10 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* stream);
 /// on devices[i] each, together. Throws chorus::Error.
 void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int* devices);
 
+/// The CUDA device `comm`'s device calls use (bound, or else the calling thread's current one); -1
+/// where none is usable. Never throws.
+int deviceOf(CommImpl& comm);
+
 /// The failure a device kernel of `comm` reported (chorusSuccess if none); its text in `message`.
 chorusResult_t asyncError(CommImpl& comm, std::string* message);
 

@@ -27,6 +27,11 @@ void bindDevices(const std::vector<std::shared_ptr<CommImpl>>& comms, const int*
        "support (pass NULL for host buffers)");
 }
 
+int deviceOf(CommImpl& comm) {
+  (void)comm;
+  return -1;
+}
+
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {
   (void)comm;
   (void)message;

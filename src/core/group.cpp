@@ -1,5 +1,6 @@
 #include "core/group.hpp"
 
+#include <exception>
 #include <vector>
 
 #include "core/comm_impl.hpp"
@@ -11,6 +12,7 @@ namespace {
 struct State {
   int depth = 0;
   std::vector<std::pair<std::shared_ptr<CommImpl>, Op>> ops;
+  std::vector<std::function<void()>> launched;
   std::vector<std::function<void()>> prepared;
   std::vector<std::function<void()>> deferred;
 };
@@ -24,6 +26,8 @@ bool active() { return tState.depth > 0; }
 
 void add(std::shared_ptr<CommImpl> comm, Op op) { tState.ops.emplace_back(std::move(comm), std::move(op)); }
 
+void launch(std::function<void()> fn) { tState.launched.push_back(std::move(fn)); }
+
 void prepare(std::function<void()> fn) { tState.prepared.push_back(std::move(fn)); }
 
 void defer(std::function<void()> fn) { tState.deferred.push_back(std::move(fn)); }
@@ -35,11 +39,31 @@ void end() {
   if (--tState.depth > 0) return;
   auto ops = std::move(tState.ops);
   tState.ops.clear();
+  auto launched = std::move(tState.launched);
+  tState.launched.clear();
   auto prepared = std::move(tState.prepared);
   tState.prepared.clear();
   auto deferred = std::move(tState.deferred);
   tState.deferred.clear();
-  for (auto& fn : prepared) fn();
+  // Every launch hook runs (each launches kernels that peers may wait for), then the prepare
+  // hooks unless one failed; the first failure then stops the group.
+  std::exception_ptr failed;
+  for (auto& fn : launched) {
+    try {
+      fn();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  for (auto& fn : prepared) {
+    if (failed) break;
+    try {
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
   runGroup(std::move(ops));
   for (auto& fn : deferred) fn();
 }

@@ -110,7 +110,9 @@ int main(int argc, char** argv) {
       j["cuda"] = {{"state", cudaState},
                    {"CHORUS_CUDA_STAGE_BYTES", env.cudaStageBytes},
                    {"CHORUS_CUDA_LL_BYTES", env.cudaLlBytes},
-                   {"CHORUS_CUDA_SHARED_GPU", env.cudaSharedGpuIpc ? "ipc" : "staged"}};
+                   {"CHORUS_CUDA_P2P_CHUNK_BYTES", env.cudaP2pChunkBytes},
+                   {"CHORUS_CUDA_SHARED_GPU", env.cudaSharedGpuIpc ? "ipc" : "staged"},
+                   {"CHORUS_CUDA_IPC", env.cudaIpc ? 1 : 0}};
       Json list = Json::array();
       for (const auto& n : ifaces) {
         list.push_back({{"name", n.name},
@@ -170,10 +172,11 @@ int main(int argc, char** argv) {
                 env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
     std::printf("  cuda             %s\n", cudaState.c_str());
     std::printf(
-        "                   device buffers: IPC stage %s, LL up to %s, GPUs shared by processes: %s "
-        "(docs/gpu.md)\n",
+        "                   device buffers: %s, IPC stage %s, LL up to %s, send/recv chunk %s, GPUs shared "
+        "by processes: %s (docs/gpu.md)\n",
+        env.cudaIpc ? "kernels over CUDA IPC within a host" : "all staged (CHORUS_CUDA_IPC=0)",
         formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
-        env.cudaSharedGpuIpc ? "ipc" : "staged");
+        formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
     std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
     std::printf("\nConfiguration (environment, then defaults)\n");
     std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));

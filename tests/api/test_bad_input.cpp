@@ -209,6 +209,7 @@ TEST_F(BadInput, NullCommunicator) {
   int value = 0;
   expectError(chorusCommCount(nullptr, &value), chorusInvalidArgument, {"NULL"});
   expectError(chorusCommUserRank(nullptr, &value), chorusInvalidArgument, {"NULL"});
+  expectError(chorusCommCuDevice(nullptr, &value), chorusInvalidArgument, {"NULL"});
   expectError(chorusCommDestroy(nullptr), chorusInvalidArgument, {"NULL"});
   expectError(chorusBarrier(nullptr, nullptr), chorusInvalidArgument, {"NULL"});
   // A pointer Chorus never handed out is recognised, not dereferenced.
@@ -217,6 +218,7 @@ TEST_F(BadInput, NullCommunicator) {
               {"not a communicator"});
   // NULL output pointers.
   expectError(chorusCommCount(comms_[0], nullptr), chorusInvalidArgument, {"NULL"});
+  expectError(chorusCommCuDevice(comms_[0], nullptr), chorusInvalidArgument, {"NULL"});
   expectError(chorusCommSplit(comms_[0], 0, 0, nullptr), chorusInvalidArgument, {"NULL"});
   expectStillWorks();
 }

@@ -1,7 +1,7 @@
 // Device-buffer calls (a stream given) where they cannot run: no CUDA device on this machine, or a
 // build without CUDA. Every rank gets a clear error naming the cause at once (without waiting for
 // its peers), nothing hangs or crashes, and the communicator still works for host buffers.
-// (tests/gpu covers the machines with a GPU.)
+// (tests/gpu covers the machines with a GPU.) Also the order of the group hooks device calls use.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -11,6 +11,7 @@
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
 #include "core/device.hpp"
+#include "core/group.hpp"
 
 namespace {
 
@@ -46,6 +47,9 @@ TEST(DeviceCalls, WithoutAUsableGpuEveryRankGetsTheCause) {
       EXPECT_NE(errors[r].find("no CUDA support"), std::string::npos) << errors[r];
     }
     EXPECT_EQ(after[r], 2.0f);
+    int device = 0;
+    EXPECT_EQ(chorusCommCuDevice(comms[r], &device), chorusSuccess);
+    EXPECT_EQ(device, -1) << "no usable device";
   }
   for (auto c : comms) chorusCommDestroy(c);
 }
@@ -83,6 +87,39 @@ TEST(DeviceCalls, ADeviceListWithoutAGpuIsRefused) {
   EXPECT_NE(std::string(chorusGetLastError(nullptr)).find("CUDA"), std::string::npos)
       << chorusGetLastError(nullptr);
   EXPECT_EQ(comms[0], nullptr);
+}
+
+// The order device calls rely on at a group's end: every launch hook (kernels that peers driven by
+// this thread wait for) before anything that may wait, even when one of them fails.
+TEST(DeviceCalls, GroupEndRunsEveryLaunchHookFirst) {
+  using chorus::Error;
+  namespace group = chorus::group;
+  std::vector<std::string> order;
+  group::start();
+  group::prepare([&] { order.push_back("prepare"); });
+  group::defer([&] { order.push_back("defer"); });
+  group::launch([&] { order.push_back("launch 1"); });
+  group::launch([&] { order.push_back("launch 2"); });
+  group::end();
+  EXPECT_EQ(order, (std::vector<std::string>{"launch 1", "launch 2", "prepare", "defer"}));
+
+  order.clear();
+  group::start();
+  group::prepare([&] { order.push_back("prepare"); });
+  group::launch([&] {
+    order.push_back("launch 1");
+    throw Error(chorusInvalidUsage, "launch 1 failed");
+  });
+  group::launch([&] { order.push_back("launch 2"); });
+  group::defer([&] { order.push_back("defer"); });
+  try {
+    group::end();
+    ADD_FAILURE() << "the failure was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("launch 1 failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"launch 1", "launch 2"}));
+  EXPECT_FALSE(group::active());
 }
 
 }  // namespace

@@ -323,6 +323,7 @@ void testSplitAndQueries(ncclComm_t comm) {
   NCCL_OK(ncclCommCount(comm, &count));
   NCCL_OK(ncclCommUserRank(comm, &rank));
   NCCL_OK(ncclCommCuDevice(comm, &device));
+  // No GPU where this runs: -1 (on a GPU machine, the calling thread's device).
   CHECK(count == gSize && rank == gRank && device == -1, "count %d rank %d device %d", count, rank, device);
   ncclComm_t half = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

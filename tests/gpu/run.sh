@@ -10,13 +10,15 @@
 # in well under 8 minutes on an H200:
 #   1. the machine: nvidia-smi, nvcc
 #   2. gpu.cuda_kernels: the CUDA kernels against the CPU kernels, bit for bit, every type and op
-#   3. gpu.cuda_collectives: device-buffer collectives, ranks as threads on the GPU, exact; graphs,
-#      streams, timeout and abort, staged operations
+#   3. gpu.cuda_collectives: device-buffer collectives and send/recv, ranks as threads on the GPU,
+#      exact; graphs, streams, timeout and abort, staged operations; then its send/recv,
+#      all-to-all-v and barrier tests again with everything staged (CHORUS_CUDA_IPC=0)
 #   4. chorus-cuda-bench: reduction GB/s against a device-to-device copy of the same bytes
 #   5. chorus-perf --memory cuda: all_reduce, reduce_scatter, all_gather, 2, 4 and 8 ranks (threads)
-#      on the one GPU; then all_reduce with 2 processes, staged and over CUDA IPC handles
+#      on the one GPU, and sendrecv with 2; then all_reduce with 2 processes, staged and over CUDA
+#      IPC handles
 #   6. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
-# The timeouts add up to 550 s, under the device tool's 600 s per command. It writes
+# The timeouts add up to 559 s, under the device tool's 600 s per command. It writes
 # $OUT/summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -68,8 +70,14 @@ gtest() {  # name timeout
     status=1
   fi
 }
-gtest cuda_kernels 90
+gtest cuda_kernels 75
 gtest cuda_collectives 150
+# The same calls through the staged path (pinned host memory and the host transports).
+step "gpu.cuda_collectives, everything staged (CHORUS_CUDA_IPC=0)"
+CHORUS_CUDA_IPC=0 timeout 45 "$bin/test_cuda_collectives" \
+  --gtest_filter='*SendRecv*:*OneThread*:*AllToAllv*:*Barrier*:*HostMemory*' > "$OUT/test_staged.log" 2>&1 ||
+  { status=1; echo "staged pass: failed" | tee -a "$OUT/summary.md"; }
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|rank [0-9]" "$OUT/test_staged.log" | head -30 | tee -a "$OUT/summary.md"
 
 step "chorus-cuda-bench (reduction vs device-to-device copy)"
 timeout 60 "$bin/chorus-cuda-bench" --max-mib 1024 --iters 20 > "$OUT/bench.md" 2> "$OUT/bench.err" || status=1
@@ -89,9 +97,10 @@ perf() {  # log timeout args...
 step "chorus-perf --memory cuda (ranks as threads on one GPU)"
 for coll in all_reduce reduce_scatter all_gather; do
   for n in 2 4 8; do
-    perf "perf_${coll}_${n}.txt" 20 "$bin/chorus-perf" "$coll" -t "$n" --memory cuda -b 8 -e 128M -f 4 -w 5 -n 20
+    perf "perf_${coll}_${n}.txt" 16 "$bin/chorus-perf" "$coll" -t "$n" --memory cuda -b 8 -e 128M -f 4 -w 5 -n 20
   done
 done
+perf perf_sendrecv_2.txt 15 "$bin/chorus-perf" sendrecv -t 2 --memory cuda -b 8 -e 128M -f 4 -w 5 -n 20
 step "chorus-perf --memory cuda, 2 processes on one GPU: staged (default), then CUDA IPC (time-sliced)"
 perf perf_procs.txt 20 "$bin/chorusrun" -n 2 "$bin/chorus-perf" all_reduce --memory cuda -b 8 -e 1M -f 16 -w 2 -n 5
 perf perf_procs_ipc.txt 20 env CHORUS_CUDA_SHARED_GPU=ipc \

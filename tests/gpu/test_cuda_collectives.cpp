@@ -1,8 +1,9 @@
 // Device-buffer collectives through the C API (a stream given): ranks as threads sharing one GPU,
 // every result compared exactly with the CPU kernels' reduction in rank order, as on the host.
 // Also CUDA graph capture and replay, calls on changing streams, the timeout and abort of a kernel
-// whose peer never comes, and the operations staged through host memory. Skips, saying why, where
-// no CUDA device is usable (tests/gpu/run.sh runs it on a machine with one).
+// whose peer never comes, send/recv kernels (in and out of groups, a size mismatch), and the
+// operations staged through host memory. Skips, saying why, where no CUDA device is usable
+// (tests/gpu/run.sh runs it on a machine with one).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -276,18 +278,160 @@ TEST_F(DeviceCollectives, EveryCollectiveExact) {
   }
 }
 
-TEST_F(DeviceCollectives, StagedOperationsExact) {
-  // Send and receive (in a group) and the barrier go through pinned host memory.
+// Byte i of the k-th message from src to dst.
+unsigned char p2pByte(int src, int dst, int k, size_t i) {
+  return static_cast<unsigned char>(
+      (i * 131 + static_cast<size_t>(k) * 29 + static_cast<size_t>(src) * 7 + static_cast<size_t>(dst) * 3) %
+      251);
+}
+
+// One send/recv round on every rank: messages of `bytes` (int8), `off` bytes into their buffers.
+struct P2pMsg {
+  int peer;
+  bool send;
+  size_t bytes;
+  size_t off;
+  int k;  // which message of its pair
+};
+
+void runP2pRound(int r, chorusComm_t comm, cudaStream_t s, const std::vector<P2pMsg>& msgs, bool group) {
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (const P2pMsg& m : msgs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(m.bytes + m.off + 64));
+    std::vector<unsigned char> host(m.bytes + m.off + 64, 0xEE);
+    if (m.send) {
+      for (size_t i = 0; i < m.bytes; ++i) host[m.off + i] = p2pByte(r, m.peer, m.k, i);
+    }
+    CUDA_OK(cudaMemcpyAsync(bufs.back()->get(), host.data(), host.size(), cudaMemcpyHostToDevice, s));
+  }
+  if (group) CHORUS_OK(chorusGroupStart(), comm);
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const P2pMsg& m = msgs[i];
+    if (m.send)
+      CHORUS_OK(chorusSend(bufs[i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
+    else
+      CHORUS_OK(chorusRecv(bufs[i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
+  }
+  if (group) CHORUS_OK(chorusGroupEnd(), comm);
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const P2pMsg& m = msgs[i];
+    std::vector<unsigned char> host(m.bytes + m.off + 64);
+    CUDA_OK(cudaMemcpyAsync(host.data(), bufs[i]->get(), host.size(), cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    for (size_t j = 0; j < host.size(); ++j) {
+      const bool inside = j >= m.off && j < m.off + m.bytes;
+      const unsigned char want = !inside  ? 0xEE
+                                 : m.send ? p2pByte(r, m.peer, m.k, j - m.off)
+                                          : p2pByte(m.peer, r, m.k, j - m.off);
+      ASSERT_EQ(host[j], want) << "rank " << r << (m.send ? " send to " : " receive from ") << m.peer
+                               << " of " << m.bytes << " bytes, byte " << j;
+    }
+  }
+  chorusResult_t async = chorusSuccess;
+  CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+  EXPECT_EQ(async, chorusSuccess) << chorusGetLastError(comm);
+}
+
+TEST_F(DeviceCollectives, SendRecvOverIpcExact) {
+  // Sizes from 1 byte to many times a FIFO (4 slots of 64 KiB per channel), buffers off alignment.
+  const size_t sizes[] = {1, 17, 4096, 65537, 1u << 20, (5u << 20) + 3};
+  for (int n : {2, 4}) {
+    Ranks ranks(n);
+    int k = 0;  // messages so far between every pair (the same for all pairs)
+    for (size_t bytes : sizes) {
+      SCOPED_TRACE("ranks " + std::to_string(n) + ", " + std::to_string(bytes) + " bytes");
+      // A ring exchange in a group: each rank sends to the next and receives from the one before.
+      ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
+        runP2pRound(r, comm, s,
+                    {{(r + 1) % n, true, bytes, static_cast<size_t>(r) % 3, k},
+                     {(r + n - 1) % n, false, bytes, 5, k}},
+                    true);
+      });
+      ++k;
+      // Rank 0 to rank 1 outside a group: each side a kernel of its own.
+      ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
+        if (r > 1) return;
+        runP2pRound(r, comm, s, {{1 - r, r == 0, bytes, 0, k}}, false);
+      });
+      if (HasFailure()) return;
+    }
+    // Everyone to everyone (self included) in one group: an all-to-all of sends and receives.
+    ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
+      std::vector<P2pMsg> msgs;
+      for (int q = 0; q < n; ++q) {
+        msgs.push_back({q, true, 300001 + static_cast<size_t>(q), 0, 100});
+        msgs.push_back({q, false, 300001 + static_cast<size_t>(r), 1, 100});
+      }
+      runP2pRound(r, comm, s, msgs, true);
+    });
+  }
+}
+
+TEST_F(DeviceCollectives, OneThreadDrivesBothEndsOfAnExchangeInAGroup) {
+  // As with NCCL: one thread, every rank's calls in one group, messages far larger than the FIFOs.
+  const int n = 2;
+  std::vector<chorusComm_t> comms(n);
+  ASSERT_EQ(chorusCommInitAll(comms.data(), n, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
+  const size_t bytes = 8u << 20;
+  std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
+  std::vector<cudaStream_t> streams(n);
+  for (int r = 0; r < n; ++r) {
+    send.push_back(std::make_unique<DeviceBuffer>(bytes));
+    recv.push_back(std::make_unique<DeviceBuffer>(bytes));
+    CUDA_OK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(r)], cudaStreamNonBlocking));
+    CUDA_OK(cudaMemset(send.back()->get(), 10 + r, bytes));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  ASSERT_EQ(chorusGroupStart(), chorusSuccess);
+  for (int r = 0; r < n; ++r) {
+    const auto R = static_cast<size_t>(r);
+    ASSERT_EQ(chorusSend(send[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess);
+    ASSERT_EQ(chorusRecv(recv[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess);
+  }
+  ASSERT_EQ(chorusGroupEnd(), chorusSuccess) << chorusGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    const auto R = static_cast<size_t>(r);
+    CUDA_OK(cudaStreamSynchronize(streams[R]));
+    std::vector<unsigned char> host(bytes);
+    CUDA_OK(cudaMemcpy(host.data(), recv[R]->get(), bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(host[0], 10 + (1 - r));
+    EXPECT_EQ(host[bytes - 1], 10 + (1 - r));
+    chorusCommDestroy(comms[R]);
+    cudaStreamDestroy(streams[R]);
+  }
+}
+
+TEST_F(DeviceCollectives, AReceiveOfAnotherSizeIsAnAsyncError) {
+  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
+    DeviceBuffer buf(8192);
+    CHORUS_OK(chorusCommSetTimeout(comm, 2.0), comm);
+    if (r == 0)
+      CHORUS_OK(chorusSend(buf.get(), 5000, chorusUint8, 1, comm, s), comm);
+    else
+      CHORUS_OK(chorusRecv(buf.get(), 4000, chorusUint8, 0, comm, s), comm);
+    CUDA_OK(cudaStreamSynchronize(s));
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    if (r == 0) {
+      EXPECT_EQ(async, chorusSuccess) << "the send fits in the FIFO";
+    } else {
+      EXPECT_EQ(async, chorusInvalidUsage);
+      EXPECT_NE(std::string(chorusGetLastError(comm)).find("met a send of another size"), std::string::npos)
+          << chorusGetLastError(comm);
+    }
+  });
+}
+
+TEST_F(DeviceCollectives, BarrierIsStagedAndExact) {
+  // The barrier goes through host memory; a send/recv before it must have completed after it.
   onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
     DeviceBuffer buf(4096);
     std::vector<int32_t> host(1024, r == 0 ? 42 : 0);
     CUDA_OK(cudaMemcpyAsync(buf.get(), host.data(), 4096, cudaMemcpyHostToDevice, s));
-    CHORUS_OK(chorusGroupStart(), comm);
     if (r == 0)
       CHORUS_OK(chorusSend(buf.get(), 1024, chorusInt32, 1, comm, s), comm);
     else
       CHORUS_OK(chorusRecv(buf.get(), 1024, chorusInt32, 0, comm, s), comm);
-    CHORUS_OK(chorusGroupEnd(), comm);
     CHORUS_OK(chorusBarrier(comm, s), comm);
     CUDA_OK(cudaStreamSynchronize(s));
     CUDA_OK(cudaMemcpyAsync(host.data(), buf.get(), 4096, cudaMemcpyDeviceToHost, s));
@@ -297,9 +441,10 @@ TEST_F(DeviceCollectives, StagedOperationsExact) {
   });
 }
 
-TEST_F(DeviceCollectives, StagedCallsOutsideAGroupAreEnqueuedInOrder) {
-  // kernel allreduce, then a staged all-to-all-v (enqueued: the call returns before it has run),
-  // then a kernel allreduce of its output: each must see the one before.
+TEST_F(DeviceCollectives, AllToAllvBetweenAllReducesIsEnqueuedInOrder) {
+  // allreduce, then an all-to-all-v (a send/recv kernel; under CHORUS_CUDA_IPC=0, which run.sh's
+  // second pass sets, staged: enqueued, the call returning before it has run), then an allreduce
+  // of its output: each must see the one before.
   onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
     const size_t n = 1024, half = n / 2;
     DeviceBuffer x(n * 4), y(n * 4);

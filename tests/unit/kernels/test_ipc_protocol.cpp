@@ -4,6 +4,9 @@
 // a stream does) while the ranks run side by side. A sequence of calls of every kind, sizes and
 // grids back to back exercises the per-block barriers, the kernel numbers bumped by the last block,
 // the halves and LL slots that alternate between kernels, and the barrier that ends each kernel.
+// The send/recv kernel (p2pKernelBody) runs the same way, one thread per lane: FIFOs that fill up
+// and drain, counters that carry on across kernels, several messages to one peer, exchanges with
+// self, and a receive that meets a send of another size.
 // Results are checked exactly; under ThreadSanitizer (the TSan pass runs this binary) any read the
 // protocol does not order after its write is reported as a race. No GPU needed.
 #include <gtest/gtest.h>
@@ -39,7 +42,8 @@ struct Rank {
 };
 
 struct World {
-  World(int n, size_t stageBytes, size_t llBytes) : layout(makeLayout(stageBytes, llBytes)), ranks(n) {
+  World(int n, size_t stageBytes, size_t llBytes, size_t p2pChunk = 4096)
+      : layout(makeLayout(stageBytes, llBytes, p2pChunk, n)), ranks(n) {
     for (auto& r : ranks) r.ws.assign(layout.total / sizeof(Vec16) + 1, Vec16{});
   }
   Byte* base(int r) { return reinterpret_cast<Byte*>(ranks[static_cast<size_t>(r)].ws.data()); }
@@ -342,6 +346,210 @@ TEST(IpcProtocol, AMissingPeerIsReportedByTheWaitingRank) {
   runAll(w, calls, 3, size_t{4} << 10, {2, 1});
   EXPECT_EQ(w.ranks[0].error, (kErrTimeout << 16) | 2u) << "why << 16 | (peer 1) + 1";
   EXPECT_EQ(w.ranks[1].error, 0u);
+}
+
+// ---- Send/Recv ----
+
+// ipc_steps.hpp's P2P executor: one lane of one rank, a thread of its own.
+struct HostP2pBlock {
+  World& w;
+  int rank;
+  int b;
+  HostMem m;
+
+  int block() const { return b; }
+  HostMem& mem() { return m; }
+  template <typename F>
+  void threads(F&& f) {
+    for (size_t t = 0; t < static_cast<size_t>(kThreads); ++t) f(t, static_cast<size_t>(kThreads));
+  }
+  uint64_t read(const uint64_t* word) {
+    return at(*const_cast<uint64_t*>(word)).load(std::memory_order_acquire);
+  }
+  bool waitAtLeast(const uint64_t* word, uint64_t v, int peer) {
+    const auto start = Clock::now();
+    while (read(word) < v) {
+      if (Clock::now() - start > w.timeout) {
+        m.report(kErrTimeout, peer);
+        return false;
+      }
+      std::this_thread::yield();
+    }
+    return true;
+  }
+  void publish(uint64_t* word, uint64_t v) { at(*word).store(v, std::memory_order_release); }
+  void report(uint32_t why, int peer) { m.report(why, peer); }
+};
+
+struct P2pTestOp {
+  int peer;
+  bool send;
+  size_t bytes;
+  size_t misalign = 0;
+};
+using P2pKernel = std::vector<std::vector<P2pTestOp>>;  // the ops of one kernel, per rank
+
+// Byte i of the k-th message from src to dst.
+Byte p2pByte(int src, int dst, size_t k, size_t i) {
+  return static_cast<Byte>((i * 131 + k * 29 + static_cast<size_t>(src) * 7 + static_cast<size_t>(dst) * 3) %
+                           251);
+}
+
+// Runs `kernels` (every rank its ops of each, one kernel after another, the lanes of each as
+// threads; the ranks side by side) and checks every received byte and the bytes around it.
+void runP2p(World& w, const std::vector<P2pKernel>& kernels, int cap, bool expectExact = true) {
+  const int n = static_cast<int>(w.ranks.size());
+  std::vector<std::thread> drivers;
+  std::vector<int> bad(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    drivers.emplace_back([&, r] {
+      std::vector<size_t> sent(static_cast<size_t>(n), 0), received(static_cast<size_t>(n), 0);
+      for (const P2pKernel& kern : kernels) {
+        const auto& mine = kern[static_cast<size_t>(r)];
+        std::vector<std::vector<Byte>> bufs;
+        std::vector<size_t> msg;  // which message (k) of its pair each op is
+        P2pArgs a{};
+        for (int q = 0; q < n; ++q) a.ws[q] = w.base(q);
+        a.layout = w.layout;
+        a.rank = r;
+        a.nranks = n;
+        a.channelsCap = cap;
+        for (const P2pTestOp& op : mine) {
+          bufs.emplace_back(op.bytes + op.misalign + 32, Byte{0xEE});
+          auto& k = op.send ? sent[static_cast<size_t>(op.peer)] : received[static_cast<size_t>(op.peer)];
+          msg.push_back(k++);
+          Byte* p = bufs.back().data() + op.misalign;
+          if (op.send) {
+            for (size_t i = 0; i < op.bytes; ++i) p[i] = p2pByte(r, op.peer, msg.back(), i);
+          }
+          a.ops[a.nOps++] = P2pOp{p, op.bytes, op.peer, op.send ? 1 : 0};
+        }
+        const int lanes = planP2pLanes(a);
+        std::vector<std::thread> threads;
+        for (int b = 0; b < lanes; ++b) {
+          threads.emplace_back([&, b] {
+            HostP2pBlock x{w, r, b, HostMem{w, r, DataType::Uint8, ReduceOp::Sum}};
+            p2pKernelBody(x, a);
+          });
+        }
+        for (auto& t : threads) t.join();
+        if (!expectExact) continue;
+        for (size_t o = 0; o < mine.size(); ++o) {
+          const P2pTestOp& op = mine[o];
+          const Byte* p = bufs[o].data();
+          for (size_t i = 0; i < bufs[o].size(); ++i) {
+            const bool inside = i >= op.misalign && i < op.misalign + op.bytes;
+            const Byte want = op.send || !inside
+                                  ? (inside ? p2pByte(r, op.peer, msg[o], i - op.misalign) : Byte{0xEE})
+                                  : p2pByte(op.peer, r, msg[o], i - op.misalign);
+            if (p[i] != want && bad[static_cast<size_t>(r)]++ == 0) {
+              ADD_FAILURE() << "rank " << r << " op " << o << (op.send ? " (send to " : " (receive from ")
+                            << op.peer << ", " << op.bytes << " bytes) byte " << i << ": " << int{p[i]}
+                            << " instead of " << int{want};
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& d : drivers) d.join();
+}
+
+// The kernels of a mixed sequence on n ranks, with chunks of `chunk` bytes (FIFOs of 4 per
+// channel): messages of 1 byte to many times a FIFO, odd sizes, buffers off alignment.
+std::vector<P2pKernel> p2pSequence(int n, size_t chunk) {
+  std::vector<P2pKernel> ks;
+  const auto N = static_cast<size_t>(n);
+  const size_t big = chunk * kP2pSlots * kP2pChannels * 3 + 4093;  // fills every FIFO three times
+  // A ring exchange in one kernel (both ends of every pair in one kernel each).
+  for (size_t bytes : {size_t{1}, size_t{17}, chunk + 5, big}) {
+    P2pKernel k(N);
+    for (int r = 0; r < n; ++r) {
+      k[static_cast<size_t>(r)].push_back({(r + 1) % n, true, bytes, static_cast<size_t>(r) % 3});
+      k[static_cast<size_t>(r)].push_back({(r + n - 1) % n, false, bytes, 5});
+    }
+    ks.push_back(k);
+  }
+  // Rank 0 to rank 1, a kernel per side (no group): the sender runs ahead into free slots.
+  for (size_t bytes : {size_t{3 * 4096}, size_t{100}, size_t{8}}) {
+    P2pKernel k(N);
+    k[0].push_back({1, true, bytes, 0});
+    k[1].push_back({0, false, bytes, 0});
+    ks.push_back(k);
+  }
+  // Several messages to one peer in one kernel, of different widths, and an empty one.
+  {
+    P2pKernel k(N);
+    for (int r = 0; r < n; ++r) {
+      const int to = (r + 1) % n, from = (r + n - 1) % n;
+      for (size_t bytes : {big / 2, size_t{0}, size_t{33}, chunk * 2}) {
+        k[static_cast<size_t>(r)].push_back({to, true, bytes, 1});
+        k[static_cast<size_t>(r)].push_back({from, false, bytes, 2});
+      }
+    }
+    ks.push_back(k);
+  }
+  // All-to-all through sends and receives, self included.
+  {
+    P2pKernel k(N);
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        k[static_cast<size_t>(r)].push_back({q, true, chunk * 5 + static_cast<size_t>(q), 0});
+        k[static_cast<size_t>(r)].push_back({q, false, chunk * 5 + static_cast<size_t>(r), 0});
+      }
+    }
+    ks.push_back(k);
+  }
+  // Twice over: the counters go on from where the last kernel left them.
+  const size_t once = ks.size();
+  for (size_t i = 0; i < once; ++i) ks.push_back(ks[i]);
+  return ks;
+}
+
+TEST(IpcProtocol, SendsAndReceivesOnConcurrentRanksAreExact) {
+  const size_t chunk = 4096;
+  for (int n : {2, 3, 4}) {
+    for (int cap : {1, 4}) {
+      SCOPED_TRACE("ranks " + std::to_string(n) + ", channels " + std::to_string(cap));
+      World w(n, size_t{64} << 10, size_t{4} << 10, chunk);
+      runP2p(w, p2pSequence(n, chunk), cap);
+      for (auto& rk : w.ranks) EXPECT_EQ(rk.error, 0u);
+      // Every chunk sent was received: the counters of both ends agree, channel by channel.
+      for (int r = 0; r < n; ++r) {
+        for (int q = 0; q < n; ++q) {
+          for (int c = 0; c < kP2pChannels; ++c) {
+            EXPECT_EQ(w.sig(r).p2pSent[q][c], w.sig(q).p2pHead[r][c]) << r << " -> " << q << " channel " << c;
+            EXPECT_EQ(w.sig(q).p2pTail[r][c], w.sig(r).p2pSent[q][c]);
+          }
+        }
+      }
+      EXPECT_GT(w.sig(0).p2pSent[1][0], static_cast<uint64_t>(kP2pSlots)) << "the FIFOs wrapped";
+    }
+  }
+}
+
+TEST(IpcProtocol, AReceiveOfAnotherSizeIsReported) {
+  World w(2, size_t{64} << 10, size_t{4} << 10, 4096);
+  w.timeout = std::chrono::milliseconds(300);
+  P2pKernel k(2);
+  k[0].push_back({1, true, 5000, 0});
+  k[1].push_back({0, false, 4000, 0});
+  runP2p(w, {k}, 2, false);
+  EXPECT_EQ(w.ranks[0].error, 0u) << "the send fits in the FIFO and completes";
+  EXPECT_EQ(w.ranks[1].error, (kErrP2pSize << 16) | 1u) << "why << 16 | (peer 0) + 1";
+}
+
+TEST(IpcProtocol, AReceiveWithoutASendTimesOutNamingThePeer) {
+  World w(3, size_t{64} << 10, size_t{4} << 10, 4096);
+  w.timeout = std::chrono::milliseconds(300);
+  P2pKernel k(3);
+  k[1].push_back({2, false, 100, 0});
+  // And a send larger than the FIFO that no one receives: it waits for a free slot.
+  k[0].push_back({2, true, 4096 * kP2pSlots * 2, 0});
+  runP2p(w, {k}, 1, false);
+  EXPECT_EQ(w.ranks[1].error, (kErrTimeout << 16) | 3u);
+  EXPECT_EQ(w.ranks[0].error, (kErrTimeout << 16) | 3u);
+  EXPECT_EQ(w.ranks[2].error, 0u);
 }
 
 }  // namespace

@@ -328,11 +328,54 @@ TEST(IpcLayout, AreasAreAlignedAndDisjoint) {
       EXPECT_EQ(l.result(0), l.stage(0) + l.stageBytes);
       EXPECT_EQ(l.stage(1), l.result(0) + l.stageBytes);
       EXPECT_EQ(l.total, l.result(1) + l.stageBytes);
+      // With send/recv FIFOs: after the stages, 4 KiB aligned, slot after slot to the end.
+      for (int sources : {1, 3, kMaxRanks}) {
+        const Layout q = makeLayout(stage, ll, size_t{64} << 10, sources);
+        EXPECT_EQ(q.p2pOffset, q.result(1) + q.stageBytes);
+        EXPECT_EQ(q.p2pSlot(0, 0, 0), q.p2pOffset);
+        EXPECT_EQ(q.p2pSlot(0, 0, 1), q.p2pOffset + q.p2pSlotBytes);
+        EXPECT_EQ(q.p2pSlot(0, 1, 0), q.p2pSlot(0, 0, kP2pSlots - 1) + q.p2pSlotBytes);
+        EXPECT_EQ(q.p2pSlot(1, 0, 0), q.p2pSlot(0, kP2pChannels - 1, kP2pSlots - 1) + q.p2pSlotBytes);
+        EXPECT_EQ(q.total, q.p2pSlot(sources - 1, kP2pChannels - 1, kP2pSlots - 1) + q.p2pSlotBytes);
+        EXPECT_EQ(q.p2pSlotBytes % 4096, 0u);
+      }
     }
   }
+  EXPECT_EQ(makeLayout(size_t{64} << 10, 0, 5000, 2).p2pSlotBytes, 8192u) << "rounded up to 4 KiB";
+  // Chunks and channels: the same on both ends of a message, 0 for an empty one.
+  const Layout q = makeLayout(size_t{64} << 10, 0, 4096, 2);
+  EXPECT_EQ(p2pChunks(0, q), 0u);
+  EXPECT_EQ(p2pChannels(0, q, 4), 0);
+  EXPECT_EQ(p2pChunks(4097, q), 2u);
+  EXPECT_EQ(p2pChannels(4097, q, 4), 2);
+  EXPECT_EQ(p2pChannels(4096 * 9, q, 4), 4);
+  EXPECT_EQ(p2pChannels(4096 * 9, q, 9), kP2pChannels);
+  EXPECT_EQ(p2pChannels(4096 * 9, q, 1), 1);
   EXPECT_LT(barrierValue(7, 1u << 23), barrierValue(8, 0));
   EXPECT_NE(llFlag(0), 0u);
   EXPECT_NE(llFlag(0xFFFFFFFFu), 0u);
+}
+
+TEST(IpcLayout, SendRecvLanesPerDirectionPeerAndChannel) {
+  P2pArgs a{};
+  a.layout = makeLayout(size_t{64} << 10, 0, 4096, 3);
+  a.channelsCap = 4;
+  Byte buf[1] = {};
+  const P2pOp ops[] = {
+      {buf, 4096 * 9, 1, 1}, {buf, 100, 1, 0}, {buf, 10, 1, 1}, {buf, 0, 2, 1}, {buf, 8192, 2, 0}};
+  for (const P2pOp& op : ops) a.ops[a.nOps++] = op;
+  ASSERT_EQ(planP2pLanes(a), 7);
+  const P2pLane want[] = {{1, 1, 0}, {1, 1, 1}, {1, 1, 2}, {1, 1, 3}, {0, 1, 0}, {0, 2, 0}, {0, 2, 1}};
+  for (int l = 0; l < 7; ++l) {
+    EXPECT_EQ(a.lanes[l].send, want[l].send) << l;
+    EXPECT_EQ(a.lanes[l].peer, want[l].peer) << l;
+    EXPECT_EQ(a.lanes[l].channel, want[l].channel) << l;
+  }
+  a.channelsCap = 1;  // one lane per direction and peer that moves bytes
+  EXPECT_EQ(planP2pLanes(a), 3);
+  a.nOps = 1;
+  a.ops[0].bytes = 0;
+  EXPECT_EQ(planP2pLanes(a), 0) << "nothing to move: no kernel";
 }
 
 TEST(IpcLayout, PlansCoverEveryByteOnce) {
