@@ -72,6 +72,24 @@ CHORUS_HD inline Byte* resultOf(const StepArgs& a, int r, int half) {
 }
 CHORUS_HD inline size_t atMost(size_t x, size_t cap) { return x < cap ? x : cap; }
 
+/// `len` bytes from src to dst, thread i of n: 16-byte packs i, i + n, ..., four loads in flight
+/// when both addresses are 16-byte aligned. Pack w stays with thread w mod n (so, in the Simple
+/// phases, with block (w / kThreads) mod blocks).
+template <typename M>
+CHORUS_HD void copyRange(Byte* dst, const Byte* src, size_t len, size_t i, size_t n, M& m) {
+  size_t w = i;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (kPack - 1)) == 0) {
+    constexpr size_t kU = 4;
+    const size_t packs = len / kPack;
+    for (; w + (kU - 1) * n < packs; w += kU * n) {
+      Vec16 v[kU];
+      for (size_t u = 0; u < kU; ++u) v[u] = m.load(src + (w + u * n) * kPack);
+      for (size_t u = 0; u < kU; ++u) m.store(dst + (w + u * n) * kPack, v[u], kPack);
+    }
+  }
+  for (; w * kPack < len; w += n) m.copy(dst + w * kPack, src + w * kPack, atMost(len - w * kPack, kPack));
+}
+
 /// Simple, phase 1 of piece p: this rank's input into its stage (slice s at s * pieceLen).
 template <typename M>
 CHORUS_HD void simpleCopyIn(const StepArgs& a, int half, size_t p, size_t i, size_t n, M& m) {
@@ -81,10 +99,7 @@ CHORUS_HD void simpleCopyIn(const StepArgs& a, int half, size_t p, size_t i, siz
     const size_t len = a.plan.len(s, p);
     const Byte* src = a.send + static_cast<size_t>(s) * a.plan.sliceLen + off;
     Byte* dst = stageOf(a, a.rank, half) + static_cast<size_t>(s) * a.plan.pieceLen;
-    for (size_t w = i; w * kPack < len; w += n) {
-      const size_t o = w * kPack;
-      m.copy(dst + o, src + o, atMost(len - o, kPack));
-    }
+    copyRange(dst, src, len, i, n, m);
   }
 }
 
@@ -114,10 +129,7 @@ CHORUS_HD void simpleRead(const StepArgs& a, int half, size_t p, size_t i, size_
     for (int r = 0; r < a.nranks; ++r) {
       Byte* dst = a.recv + static_cast<size_t>(r) * a.plan.sliceLen + off;
       const Byte* src = stageOf(a, r, half) + static_cast<size_t>(a.rank) * a.plan.pieceLen;
-      for (size_t w = i; w * kPack < len; w += n) {
-        const size_t o = w * kPack;
-        m.copy(dst + o, src + o, atMost(len - o, kPack));
-      }
+      copyRange(dst, src, len, i, n, m);
     }
   } else if (a.kind == Kind::AllGather || a.kind == Kind::Broadcast) {
     const size_t len = a.plan.len(0, p);
@@ -125,10 +137,7 @@ CHORUS_HD void simpleRead(const StepArgs& a, int half, size_t p, size_t i, size_
     const int to = a.kind == Kind::Broadcast ? a.root + 1 : a.nranks;
     for (int r = from; r < to; ++r) {
       Byte* dst = a.recv + (a.kind == Kind::AllGather ? static_cast<size_t>(r) * a.plan.sliceLen : 0) + off;
-      for (size_t w = i; w * kPack < len; w += n) {
-        const size_t o = w * kPack;
-        m.copy(dst + o, stageOf(a, r, half) + o, atMost(len - o, kPack));
-      }
+      copyRange(dst, stageOf(a, r, half), len, i, n, m);
     }
   }
 }
@@ -140,10 +149,7 @@ CHORUS_HD void simpleGather(const StepArgs& a, int half, size_t p, size_t i, siz
   for (int s = 0; s < a.nranks; ++s) {
     const size_t len = a.plan.len(s, p);
     Byte* dst = a.recv + static_cast<size_t>(s) * a.plan.sliceLen + off;
-    for (size_t w = i; w * kPack < len; w += n) {
-      const size_t o = w * kPack;
-      m.copy(dst + o, resultOf(a, s, half) + o, atMost(len - o, kPack));
-    }
+    copyRange(dst, resultOf(a, s, half), len, i, n, m);
   }
 }
 
@@ -176,23 +182,6 @@ CHORUS_HD bool llRead(const StepArgs& a, int parity, uint32_t flag, size_t i, si
     m.store(a.recv + l * kLineData, v, atMost(a.bytes - l * kLineData, kLineData));
   }
   return true;
-}
-
-/// `len` bytes from src to dst, thread i of n: 16-byte packs i, i + n, ..., four loads in flight
-/// when both addresses are 16-byte aligned.
-template <typename M>
-CHORUS_HD void copyRange(Byte* dst, const Byte* src, size_t len, size_t i, size_t n, M& m) {
-  size_t w = i;
-  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (kPack - 1)) == 0) {
-    constexpr size_t kU = 4;
-    const size_t packs = len / kPack;
-    for (; w + (kU - 1) * n < packs; w += kU * n) {
-      Vec16 v[kU];
-      for (size_t u = 0; u < kU; ++u) v[u] = m.load(src + (w + u * n) * kPack);
-      for (size_t u = 0; u < kU; ++u) m.store(dst + (w + u * n) * kPack, v[u], kPack);
-    }
-  }
-  for (; w * kPack < len; w += n) m.copy(dst + w * kPack, src + w * kPack, atMost(len - w * kPack, kPack));
 }
 
 // ---- Send/Recv (P2P): one kernel runs every send and receive of a call or a group ----

@@ -526,6 +526,10 @@ TEST(IpcProtocol, SendsAndReceivesOnConcurrentRanksAreExact) {
       EXPECT_GT(w.sig(0).p2pSent[1][0], static_cast<uint64_t>(kP2pSlots)) << "the FIFOs wrapped";
     }
   }
+  // The default 64 KiB chunks: a block's 512 threads then copy four packs at a time.
+  World w(2, size_t{64} << 10, size_t{4} << 10, size_t{64} << 10);
+  runP2p(w, p2pSequence(2, size_t{64} << 10), 2);
+  for (auto& rk : w.ranks) EXPECT_EQ(rk.error, 0u);
 }
 
 TEST(IpcProtocol, AReceiveOfAnotherSizeIsReported) {
