@@ -95,52 +95,30 @@ EnvConfig readEnv() {
   }
   // CHORUS_ALGO: algorithm overrides, grammar in algorithms/selection.cpp (default empty).
   if (const char* v = std::getenv("CHORUS_ALGO")) c.algo = v;
+  // A size variable within [lo, hi]; otherwise noted with `rule`, and the default kept.
+  auto sizeVar = [&](const char* name, size_t lo, size_t hi, const char* rule, size_t& out) {
+    const char* v = std::getenv(name);
+    if (!v) return;
+    auto b = parseByteSize(v);
+    if (!b || *b < lo || *b > hi)
+      note(strCat(name, "='", v, "' must be ", rule));
+    else
+      out = *b;
+  };
   // CHORUS_SHM_STAGE_BYTES: per-rank shared staging area for direct algorithms (default 1M, min 64K).
-  if (const char* v = std::getenv("CHORUS_SHM_STAGE_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30)) {
-      note(strCat("CHORUS_SHM_STAGE_BYTES='", v, "' must be a size between 64K and 1G"));
-    } else {
-      c.shmStageBytes = *b;
-    }
-  }
+  sizeVar("CHORUS_SHM_STAGE_BYTES", size_t{64} << 10, size_t{1} << 30, "a size between 64K and 1G",
+          c.shmStageBytes);
   // CHORUS_SHM_FIFO_BYTES: bytes of each point-to-point shared-memory FIFO (default 1M, min 4K).
-  if (const char* v = std::getenv("CHORUS_SHM_FIFO_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b < 4096 || *b > (size_t{1} << 30)) {
-      note(strCat("CHORUS_SHM_FIFO_BYTES='", v, "' must be a size between 4K and 1G"));
-    } else {
-      c.shmFifoBytes = *b;
-    }
-  }
+  sizeVar("CHORUS_SHM_FIFO_BYTES", 4096, size_t{1} << 30, "a size between 4K and 1G", c.shmFifoBytes);
   // CHORUS_CUDA_STAGE_BYTES: device stage per rank for device buffers over CUDA IPC (default 8M,
   // 64K to 1G; rank 0's value holds). CHORUS_CUDA_LL_BYTES: largest LL allreduce (default 64K, max 1M).
-  if (const char* v = std::getenv("CHORUS_CUDA_STAGE_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30)) {
-      note(strCat("CHORUS_CUDA_STAGE_BYTES='", v, "' must be a size between 64K and 1G"));
-    } else {
-      c.cudaStageBytes = *b;
-    }
-  }
-  if (const char* v = std::getenv("CHORUS_CUDA_LL_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b > (size_t{1} << 20)) {
-      note(strCat("CHORUS_CUDA_LL_BYTES='", v, "' must be a size of at most 1M (0 turns LL off)"));
-    } else {
-      c.cudaLlBytes = *b;
-    }
-  }
+  sizeVar("CHORUS_CUDA_STAGE_BYTES", size_t{64} << 10, size_t{1} << 30, "a size between 64K and 1G",
+          c.cudaStageBytes);
+  sizeVar("CHORUS_CUDA_LL_BYTES", 0, size_t{1} << 20, "a size of at most 1M (0 turns LL off)", c.cudaLlBytes);
   // CHORUS_CUDA_P2P_CHUNK_BYTES: one chunk (FIFO slot) of device send/recv over CUDA IPC (default
   // 64K, 4K to 16M; rank 0's value holds).
-  if (const char* v = std::getenv("CHORUS_CUDA_P2P_CHUNK_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b < 4096 || *b > (size_t{16} << 20)) {
-      note(strCat("CHORUS_CUDA_P2P_CHUNK_BYTES='", v, "' must be a size between 4K and 16M"));
-    } else {
-      c.cudaP2pChunkBytes = *b;
-    }
-  }
+  sizeVar("CHORUS_CUDA_P2P_CHUNK_BYTES", 4096, size_t{16} << 20, "a size between 4K and 16M",
+          c.cudaP2pChunkBytes);
   // CHORUS_CUDA_IPC: 1 (default) or 0, which stages every device call through host memory.
   if (const char* v = std::getenv("CHORUS_CUDA_IPC")) {
     const std::string s = v;
