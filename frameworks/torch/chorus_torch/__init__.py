@@ -1,7 +1,11 @@
 """Chorus as a torch.distributed backend.
 
-    import chorus_torch                     # registers the backend "chorus" (in every process)
-    torch.distributed.init_process_group("chorus", ...)
+    pip install --no-build-isolation ./frameworks/torch   # registers "chorus" through an entry point
+    torch.distributed.init_process_group("chorus")         # or "cpu:chorus,cuda:nccl"
+
+Installed with pip, the package declares a ``torch.distributed.backends`` entry point, so torch
+registers the backend the first time a process names it: a spawned rank needs no ``import
+chorus_torch``. From a build tree (``PYTHONPATH=<build>/python``) import it once per process.
 
 Collectives on CPU tensors run through Chorus (shared memory between the processes of a host,
 TCP, UCX or RDMA verbs between hosts). The c10d store only carries each group's Chorus unique id,
@@ -9,15 +13,15 @@ made by the group's rank 0: after that, data never goes through the store. See d
 """
 import os
 import socket
-from datetime import timedelta
 
 import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["create_process_group", "version"]
+__all__ = ["create_backend", "register", "version", "TORCH_VERSION"]
 
-_ID_KEY = "chorus/unique_id"
+# The torch release this extension was compiled against (its C++ ABI is that release's only).
+TORCH_VERSION = "@CHORUS_TORCH_VERSION@"
 
 
 def version():
@@ -47,23 +51,23 @@ def _bootstrap_address():
         return None
 
 
-def create_process_group(store, rank, world_size, timeout=timedelta(minutes=30)):
-    """The backend's creator, as torch.distributed calls it for every group."""
-    if rank == 0:
+def create_backend(dist_options, backend_options=None):
+    """The backend's creator, as torch.distributed calls it for every group (extended API)."""
+    if dist_options.group_rank == 0:
         address = _bootstrap_address()
         if address:
             os.environ["CHORUS_BOOTSTRAP_ADDR"] = address
-        uid = _C.unique_id()
-        store.set(_ID_KEY, uid)
-    else:
-        uid = store.get(_ID_KEY)
-    pg = _C.ProcessGroupChorus(bytes(uid), rank, world_size, timeout.total_seconds())
-    if rank == 0:
-        # Every rank read the id before joining, and joining is collective: the key can go, so a
-        # later group that reuses this store's prefix never reads a stale id.
-        store.delete_key(_ID_KEY)
-    return pg
+    timeout = dist_options.timeout
+    if backend_options is not None and getattr(backend_options, "_timeout", None) is not None:
+        timeout = backend_options._timeout
+    return _C.ProcessGroupChorus(dist_options.store, dist_options.group_rank, dist_options.group_size,
+                                 timeout, dist_options.group_id or "")
 
 
-if "CHORUS" not in dist.Backend._plugins:
-    dist.Backend.register_backend("chorus", create_process_group)
+def register():
+    """Registers the backend "chorus" for CPU and CUDA devices (once per process)."""
+    if "CHORUS" not in dist.Backend._plugins:
+        dist.Backend.register_backend("chorus", create_backend, extended_api=True, devices=["cpu", "cuda"])
+
+
+register()
