@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -42,8 +43,12 @@ using RedOp = c10d::ReduceOp;
 // Every tensor a call touches passes here before anything is read or queued.
 void checkTensor(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.defined(), "chorus ", call, ": an undefined tensor");
-  TORCH_CHECK(t.layout() == at::kStrided, "chorus ", call, ": ", t.layout(),
-              " tensors are not supported (only dense, strided tensors are); no data was read");
+  if (t.layout() != at::kStrided) {
+    std::string layout = c10::str(t.layout());
+    std::transform(layout.begin(), layout.end(), layout.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    TORCH_CHECK(false, "chorus ", call, ": a ", layout,
+                " tensor: only dense (strided) tensors are supported; no data was read");
+  }
   TORCH_CHECK(t.device().is_cpu(), "chorus ", call, ": a tensor on ", t.device(),
               ": this build of the chorus backend takes CPU tensors only (use \"cpu:chorus,cuda:nccl\")");
 }
@@ -66,6 +71,9 @@ void checkLike(const at::Tensor& t, const at::Tensor& like, const char* call) {
 }
 
 // ---- Element types and reductions ---------------------------------------------------------------
+
+// "torch.int16", as Python users write the type.
+std::string dtypeName(at::ScalarType s) { return "torch." + std::string(c10::getDtypeNames(s).first); }
 
 // The Chorus type of a reduction over `s`, or nullopt where Chorus has none. Complex numbers
 // reduce as pairs of reals (sum and average only).
@@ -139,7 +147,7 @@ struct Reduction {
 Reduction reductionOf(const RedOp& rop, at::ScalarType s, const char* call) {
   const RedOp::RedOpType op = rop.op_;
   const auto type = reductionType(s);
-  TORCH_CHECK(type.has_value(), "chorus ", call, ": reductions over ", s,
+  TORCH_CHECK(type.has_value(), "chorus ", call, ": reductions over ", dtypeName(s),
               " tensors are not supported (bool, int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, "
               "float32, float64 and complex are)");
   Reduction r;
@@ -148,7 +156,7 @@ Reduction reductionOf(const RedOp& rop, at::ScalarType s, const char* call) {
   const bool isBool = s == at::kBool;
   const bool isIntegral = at::isIntegralType(s, /*includeBool=*/false);
   auto refuse = [&](const char* why) {
-    TORCH_CHECK(false, "chorus ", call, ": ReduceOp.", opName(op), " is not supported on ", s, " tensors (", why,
+    TORCH_CHECK(false, "chorus ", call, ": ReduceOp.", opName(op), " is not supported on ", dtypeName(s), " tensors (", why,
                 ")");
   };
   if (r.complexPairs && op != RedOp::SUM && op != RedOp::AVG && op != RedOp::PREMUL_SUM)
@@ -404,8 +412,9 @@ class CoalescedWork : public c10d::Work {
 // (tag, bytes) sent just before it; a batch of queued receives is posted in order, and after it
 // the worker moves each message to the first receive of that source and tag that is still open.
 // A message no open receive wants waits in an unexpected list for a later receive; a receive
-// whose buffer held another tag's message is posted again. When a receive of one size meets a
-// message of another (tags reordered with different sizes), Chorus reports the size mismatch.
+// whose buffer held another tag's message is posted again. So receives of one size may be posted in
+// any tag order. A receive of one size that meets a message of another (receives of different sizes
+// posted in another tag order than the sends) fails with Chorus's size mismatch and a hint saying so.
 
 struct Envelope {
   int64_t tag;
@@ -504,14 +513,31 @@ class P2pEngine {
           if (r == chorusSuccess) r = chorusRecv(p->dense.data_ptr(), p->dense.nbytes(), chorusUint8, p->op->peer, comm, nullptr);
         }
         const chorusResult_t end = group.end();
-        check(comm, r, "send/recv");
-        check(comm, end, "send/recv");
+        if (r == chorusSuccess) r = end;
+        if (r != chorusSuccess) {
+          std::string hint = reorderHint(open);
+          check(comm, r, hint.empty() ? "send/recv" : hint.c_str());
+        }
       }
       if (first)
         for (P2pOp* s : sends) s->work->complete(nullptr);
       first = false;
       match(open);
     }
+  }
+
+  // Why a batch may have failed: receives from one rank posted in another tag order than the sends,
+  // with different sizes. Messages land in the receives in posting order, so their sizes differ.
+  static std::string reorderHint(const std::vector<Pending*>& open) {
+    for (size_t i = 0; i < open.size(); ++i)
+      for (size_t j = i + 1; j < open.size(); ++j)
+        if (open[i]->op->peer == open[j]->op->peer && open[i]->op->tag != open[j]->op->tag &&
+            open[i]->dense.nbytes() != open[j]->dense.nbytes())
+          return "send/recv (receives from rank " + std::to_string(open[i]->op->peer) + " with tags " +
+                 std::to_string(open[i]->op->tag) + " and " + std::to_string(open[j]->op->tag) +
+                 " have different sizes: chorus matches tags by moving messages between receives of the same "
+                 "size, so post receives of different sizes in the order they were sent)";
+    return "";
   }
 
   // The messages that landed in `open` (in arrival order per source) go to the first open receive
