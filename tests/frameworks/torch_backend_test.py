@@ -10,6 +10,7 @@
     torch_backend_test.py --world 2 errors      # bad input and timeouts raise, naming the problem
     torch_backend_test.py --world 2 dead        # a killed rank is named in the survivor's error
     torch_backend_test.py --world 2 entrypoint  # no `import chorus_torch`: the entry point registers it
+    torchrun ... torch_backend_test.py --torchrun ddp   # one rank of a job torchrun started (multi-host test)
 
 Processes are started with torch.multiprocessing and meet through env:// (a TCPStore that rank 0
 hosts). PYTHONPATH must hold <build>/python (or, for `entrypoint`, a pip-installed package).
@@ -641,11 +642,27 @@ def worker(rank, world, case, port, failures):
         os._exit(1)
 
 
+def under_torchrun(case):
+    """One rank started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    import chorus_torch  # noqa: F401
+    dist.init_process_group("chorus", timeout=timedelta(seconds=120))
+    check(dist.get_backend() == "chorus", f"backend is {dist.get_backend()}")
+    CASES[case](rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {rank} of {world} (host {os.environ.get('GROUP_RANK', '?')}): {case} passed", flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--torchrun", action="store_true", help="this process is one rank that torchrun started")
     ap.add_argument("case", choices=sorted(CASES))
     a = ap.parse_args()
+    if a.torchrun:
+        return under_torchrun(a.case)
     ctx = mp.get_context("spawn")
     failures = ctx.Queue()
     port = free_port()
