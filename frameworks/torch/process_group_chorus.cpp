@@ -253,7 +253,7 @@ at::Tensor fold(const at::Tensor& stacked, RedOp::RedOpType op) {
 
 std::string timeoutText(chorusResult_t r) {
   // torch's tests and users look for "Timed out"; Chorus's detail (which ranks) follows.
-  return r == chorusTimeout ? "Timed out: " : "";
+  return r == chorusTimeout ? "Timed out waiting for peers: " : "";
 }
 
 void check(chorusComm_t comm, chorusResult_t r, const char* what) {
@@ -731,7 +731,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   tensors[0].scalar_type(), " and ", t.scalar_type(), ")");
     const Reduction red = reductionOf(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
     const int n = getSize();
-    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:allreduce_coalesced", tensors, tensors, opts.timeout,
+    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:all_reduce", tensors, tensors, opts.timeout,
                    [tensors, red, n](chorusComm_t c) {
                      std::vector<at::Tensor> flat;
                      for (const auto& t : tensors) flat.push_back(t.reshape({-1}));

@@ -371,17 +371,36 @@ def test_errors(rank, world):
         start = time.monotonic()
         msg = expect_error(lambda: dist.all_reduce(torch.ones(2), group=g), "Timed out")
         check(time.monotonic() - start < 30, "the timeout took too long")
+    # The same through setTimeout (torch's _set_pg_timeout) on a group made with the default timeout.
+    g2 = dist.new_group(list(range(world)))
+    dist.all_reduce(torch.ones(1), group=g2)
+    dist.distributed_c10d._set_pg_timeout(timedelta(seconds=2), g2)
+    if rank == 0:
+        expect_error(lambda: dist.all_reduce(torch.ones(2), group=g2), "Timed out")
+    # An aborted group refuses later calls at once.
+    g3 = dist.new_group(list(range(world)))
+    g3.abort()
+    expect_error(lambda: dist.all_reduce(torch.ones(1), group=g3), "aborted")
     dist.barrier(group=dist.new_group(list(range(world)), backend="gloo"))
 
 
 def test_dead(rank, world):
-    """The last rank dies after init; the others' next collective names it (no hang)."""
+    """The last rank dies after init; the others' next collective names it (no hang); the
+    survivors shrink the group (shrink_group, chorusCommShrink) and go on without it."""
     if rank == world - 1:
         os._exit(17)
     msg = expect_error(lambda: dist.all_reduce(torch.ones(1 << 16)), "chorus")
     check(f"rank {world - 1}" in msg or f"ranks {world - 1}" in msg, f"the dead rank is not named: {msg}")
     if rank == 0:
         print(f"rank 0 saw: {msg.splitlines()[0][:300]}")
+    if world > 2:
+        dist.shrink_group([world - 1])
+        check(dist.get_world_size() == world - 1, f"the shrunk group has {dist.get_world_size()} ranks")
+        t = torch.full((4,), float(rank + 1))
+        dist.all_reduce(t)
+        check(torch.equal(t, torch.full((4,), float(sum(range(1, world))))), "all_reduce after shrink_group")
+        if rank == 0:
+            print(f"shrink_group: {world - 1} survivors all_reduce again")
 
 
 # ---- DDP ----------------------------------------------------------------------------------------

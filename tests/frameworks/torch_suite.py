@@ -257,12 +257,24 @@ _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning
 
 
 def first_exception_line(text):
-    """The line of the last exception in a (possibly chained) Python traceback."""
+    """The last exception of a (possibly chained) Python traceback, on one line: its first line, the
+    next line where that one says no more than "...!" (torch's assertEqual), and the innermost line
+    of the suite that raised it."""
     tb = text.split("Traceback (most recent call last):")[-1]
     lines = tb.splitlines()
+    where = ""
     for i, line in enumerate(lines):
+        m = re.match(r'\s*File "[^"]*distributed_test\.py", line (\d+), in (\w+)', line)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            where = f" [distributed_test.py:{m.group(1)} {m.group(2)}: {code}]"
         if i and line and not line[0].isspace() and _EXC_LINE.match(line):
-            return line.strip()
+            msg = line.strip()
+            if msg.endswith("!"):
+                rest = [x.strip() for x in lines[i + 1:i + 4] if x.strip()]
+                if rest:
+                    msg += " " + rest[0]
+            return msg + where
     for line in lines:
         if line.strip():
             return line.strip()
@@ -465,6 +477,27 @@ def compare(args):
         sys.stdout.write(text)
 
 
+def resummarize(args):
+    with open(args.out) as f:
+        data = json.load(f)
+    log_dir = args.log_dir or os.path.splitext(args.out)[0] + "-logs"
+    for name, r in data["tests"].items():
+        path = os.path.join(log_dir, name + ".log")
+        if r["status"] in ("failed", "error") and os.path.exists(path):
+            with open(path, errors="replace") as f:
+                text = f.read()
+            mark = "===== torch_suite.py: unittest's report =====\n"
+            if mark in text:
+                status, line = summarize(text.split(mark, 1)[1])
+                r["message"] = line[:500]
+    args.backend = data["meta"]["backend"]
+    args.gates_as, args.world_size = data["meta"]["gates_as"], data["meta"]["world_size"]
+    args.timeout, args.filter = data["meta"]["timeout_s"], data["meta"]["filter"]
+    os.environ["INIT_METHOD_AT_START"] = data["meta"].get("init_method", "")
+    write_results(args, data["tests"])
+    return 0
+
+
 def check_gates(args):
     """Compares the suite's static skips for BACKEND (rewritten) with those of --gates-as (original)."""
     mod = load_suite()
@@ -519,6 +552,8 @@ def parse_args():
     p.add_argument("--check-gates", action="store_true",
                    help="compare the static skips of --backend (rewritten) with --gates-as (original suite)")
     p.add_argument("--compare", nargs="+", metavar="RESULTS.json", help="side-by-side table of result files")
+    p.add_argument("--resummarize", action="store_true",
+                   help="recompute the messages of --out's failed tests from the reports in --log-dir")
     a = p.parse_args()
     if a.gates_as is None:
         a.gates_as = a.backend if a.backend in BUILTIN_BACKENDS else "gloo"
@@ -564,6 +599,8 @@ def main():
     args = parse_args()
     if args.compare:
         return compare(args)
+    if args.resummarize:
+        return resummarize(args)
     os.environ["BACKEND"] = args.backend
     os.environ["WORLD_SIZE"] = str(args.world_size)
     os.environ[ENV_GATES_AS] = args.gates_as
