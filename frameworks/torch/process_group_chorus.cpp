@@ -28,6 +28,12 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#ifdef CHORUS_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -37,6 +43,11 @@ namespace {
 
 using c10d::OpType;
 using RedOp = c10d::ReduceOp;
+
+// The stream the worker passes to Chorus: NULL for CPU tensors, the caller's CUDA stream while
+// the worker enqueues a CUDA call (set around each operation's body).
+thread_local void* tlsStream = nullptr;
+void* callStream() { return tlsStream; }
 
 // ---- Argument checks ---------------------------------------------------------------------------
 
@@ -49,8 +60,28 @@ void checkTensor(const at::Tensor& t, const char* call) {
     TORCH_CHECK(false, "chorus ", call, ": a ", layout,
                 " tensor: only dense (strided) tensors are supported; no data was read");
   }
+#ifdef CHORUS_TORCH_CUDA
+  if (t.is_cuda()) return;
+#endif
   TORCH_CHECK(t.device().is_cpu(), "chorus ", call, ": a tensor on ", t.device(),
-              ": this build of the chorus backend takes CPU tensors only (use \"cpu:chorus,cuda:nccl\")");
+              ": this build of the chorus backend takes CPU"
+#ifdef CHORUS_TORCH_CUDA
+              " and CUDA"
+#endif
+              " tensors only (use \"cpu:chorus,cuda:nccl\")");
+}
+
+// The one device of every tensor of a call.
+at::Device deviceOf(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, const char* call) {
+  std::optional<at::Device> dev;
+  for (const auto* list : {&a, &b})
+    for (const auto& t : *list) {
+      if (!t.defined()) continue;
+      if (!dev) dev = t.device();
+      TORCH_CHECK(t.device() == *dev, "chorus ", call, ": tensors on ", *dev, " and ", t.device(),
+                  " in one call; every tensor of a call must be on one device");
+    }
+  return dev.value_or(at::Device(at::kCPU));
 }
 
 void checkAll(const std::vector<at::Tensor>& ts, const char* call) {
@@ -358,6 +389,56 @@ class AsyncWork : public c10d::Work {
   int sourceRank_ = -1;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
+
+#ifdef CHORUS_TORCH_CUDA
+// An operation on CUDA tensors, enqueued on the caller's current stream before the call returned
+// (as ProcessGroupNCCL's are). It is complete when the event recorded after it on that stream is;
+// wait() makes the waiting thread's current stream wait for that event without blocking the host,
+// and reports an error Chorus's kernels raised since (chorusCommGetAsyncError). The tensors are kept
+// until then.
+class CudaWork : public c10d::Work {
+ public:
+  CudaWork(int rank, OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+           std::vector<at::Tensor> outputs, uint64_t seq, chorusComm_t comm, at::Device device)
+      : c10d::Work(rank, type, title, std::optional<std::vector<at::Tensor>>(inputs)),
+        inputs_(inputs),
+        outputs_(std::move(outputs)),
+        seq_(seq),
+        comm_(comm),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{device})) {}
+  // On the worker, with the call's stream current, once the operation is enqueued.
+  void enqueued() {
+    event_.record();
+    future_->markCompleted(c10::IValue(outputs_));  // records its own event on the current stream
+    finish(nullptr);  // ends the profiler's record: the host side is done
+  }
+  bool isCompleted() override { return event_.query(); }
+  bool isSuccess() const override { return asyncError() == chorusSuccess; }
+  bool wait(std::chrono::milliseconds) override {
+    synchronize();
+    const chorusResult_t e = asyncError();
+    if (e != chorusSuccess) check(comm_, e, "a CUDA operation");
+    return true;
+  }
+  void synchronize() override { event_.block(c10::cuda::getCurrentCUDAStream(event_.device_index())); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+
+ private:
+  chorusResult_t asyncError() const {
+    chorusResult_t e = chorusSuccess;
+    if (chorusCommGetAsyncError(comm_, &e) != chorusSuccess) return chorusInvalidUsage;
+    return e;
+  }
+  std::vector<at::Tensor> inputs_, outputs_;
+  uint64_t seq_;
+  chorusComm_t comm_;
+  at::cuda::CUDAEvent event_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+#endif
 
 // What endCoalescing returns: complete when every operation issued since startCoalescing is.
 class CoalescedWork : public c10d::Work {
@@ -707,7 +788,7 @@ class ProcessGroupChorus : public c10d::Backend {
     return enqueue(OpType::BROADCAST, "chorus:broadcast", tensors, tensors, opts.timeout,
                    [t, root](chorusComm_t c) {
                      Dense d(t, true);
-                     check(c, chorusBroadcast(d.t.data_ptr(), d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, nullptr),
+                     check(c, chorusBroadcast(d.t.data_ptr(), d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream()),
                            "broadcast");
                      d.write();
                    });
@@ -755,7 +836,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      if (red.bitwise) {
                        at::Tensor in = t.contiguous();
                        at::Tensor all = at::empty({n, t.numel()}, t.options());
-                       check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, nullptr),
+                       check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()),
                              "reduce");
                        if (me == root) at::Tensor(t).copy_(fold(all, *red.bitwise).view(t.sizes()));
                        return;
@@ -765,7 +846,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      at::Tensor buf = premul(red) ? d.t.clone() : d.t;
                      if (premul(red)) premultiply(buf, red);
                      check(c, chorusReduce(buf.data_ptr(), buf.data_ptr(), reductionCount(buf, red), red.type, red.op,
-                                           root, c, nullptr),
+                                           root, c, callStream()),
                            "reduce");
                      if (me == root) {
                        if (!buf.is_same(d.t)) d.t.copy_(buf);
@@ -784,7 +865,7 @@ class ProcessGroupChorus : public c10d::Backend {
     return enqueue(OpType::ALLGATHER, "chorus:all_gather", inputs, outs, opts.timeout, [in, outs](chorusComm_t c) {
       at::Tensor src = in.contiguous();
       at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()), in.numel()}, in.options());
-      check(c, chorusAllGather(src.data_ptr(), flat.data_ptr(), src.nbytes(), chorusUint8, c, nullptr), "all_gather");
+      check(c, chorusAllGather(src.data_ptr(), flat.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), "all_gather");
       for (size_t r = 0; r < outs.size(); ++r) at::Tensor(outs[r]).copy_(flat[static_cast<int64_t>(r)].view(outs[r].sizes()));
     });
   }
@@ -844,7 +925,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      for (const auto& t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
                      at::Tensor mine = at::cat(bytes);
                      at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), mine.numel()}, mine.options());
-                     check(c, chorusAllGather(mine.data_ptr(), all.data_ptr(), mine.nbytes(), chorusUint8, c, nullptr),
+                     check(c, chorusAllGather(mine.data_ptr(), all.data_ptr(), mine.nbytes(), chorusUint8, c, callStream()),
                            "all_gather_coalesced");
                      for (size_t r = 0; r < outs.size(); ++r) {
                        int64_t off = 0;
@@ -935,7 +1016,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      [in, out, n](chorusComm_t c) {
                        at::Tensor src = in.contiguous();
                        Dense d(out, false);
-                       check(c, chorusAllToAll(src.data_ptr(), d.t.data_ptr(), src.nbytes() / n, chorusUint8, c, nullptr),
+                       check(c, chorusAllToAll(src.data_ptr(), d.t.data_ptr(), src.nbytes() / n, chorusUint8, c, callStream()),
                              "all_to_all_single");
                        d.write();
                      });
@@ -969,7 +1050,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      at::Tensor src = in.contiguous();
                      Dense d(out, false);
                      check(c, chorusAllToAllv(src.data_ptr(), sc.data(), sd.data(), d.t.data_ptr(), rc.data(), rd.data(),
-                                              chorusUint8, c, nullptr),
+                                              chorusUint8, c, callStream()),
                            "all_to_all_single");
                      d.write();
                    });
@@ -1000,7 +1081,7 @@ class ProcessGroupChorus : public c10d::Backend {
                      at::Tensor in = at::cat(bytes);
                      at::Tensor out = at::empty({static_cast<int64_t>(rd.back() + rc.back())}, in.options());
                      check(c, chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
-                                              chorusUint8, c, nullptr),
+                                              chorusUint8, c, callStream()),
                            "all_to_all");
                      for (size_t r = 0; r < outs.size(); ++r) {
                        at::Tensor dst = outs[r];
@@ -1039,10 +1120,10 @@ class ProcessGroupChorus : public c10d::Backend {
             if (static_cast<int>(r) == root)
               dense[r].copy_(src.view(outs[r].sizes()));
             else if (first == chorusSuccess)
-              first = chorusRecv(dense[r].data_ptr(), dense[r].nbytes(), chorusUint8, static_cast<int>(r), c, nullptr);
+              first = chorusRecv(dense[r].data_ptr(), dense[r].nbytes(), chorusUint8, static_cast<int>(r), c, callStream());
           }
         } else {
-          first = chorusSend(src.data_ptr(), src.nbytes(), chorusUint8, root, c, nullptr);
+          first = chorusSend(src.data_ptr(), src.nbytes(), chorusUint8, root, c, callStream());
         }
         const chorusResult_t end = group.end();
         check(c, first, "gather");
@@ -1080,10 +1161,10 @@ class ProcessGroupChorus : public c10d::Backend {
           if (static_cast<int>(r) == root)
             d.t.copy_(srcs[r].view(d.t.sizes()));
           else if (first == chorusSuccess)
-            first = chorusSend(srcs[r].data_ptr(), srcs[r].nbytes(), chorusUint8, static_cast<int>(r), c, nullptr);
+            first = chorusSend(srcs[r].data_ptr(), srcs[r].nbytes(), chorusUint8, static_cast<int>(r), c, callStream());
         }
       } else {
-        first = chorusRecv(d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, nullptr);
+        first = chorusRecv(d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream());
       }
       const chorusResult_t end = group.end();
       check(c, first, "scatter");
@@ -1108,7 +1189,7 @@ class ProcessGroupChorus : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     return enqueue(OpType::BARRIER, "chorus:barrier", {}, {}, opts.timeout,
-                   [](chorusComm_t c) { check(c, chorusBarrier(c, nullptr), "barrier"); });
+                   [](chorusComm_t c) { check(c, chorusBarrier(c, callStream()), "barrier"); });
   }
 
   // Through the store, as gloo's does through its pairs: every rank checks in with rank 0, which
@@ -1165,11 +1246,38 @@ class ProcessGroupChorus : public c10d::Backend {
   }
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<CudaP2p> cudaOps;
     {
       std::lock_guard<std::mutex> lk(coalesceMu_);
       TORCH_CHECK(coalescing_, "chorus: endCoalescing without startCoalescing");
       coalescing_ = false;
       works.swap(coalesced_);
+      cudaOps.swap(cudaP2p_);
+    }
+    if (!cudaOps.empty()) {
+      // The CUDA sends and receives of the batch as one Chorus group (one kernel over CUDA IPC).
+      std::vector<at::Tensor> tensors;
+      std::vector<std::function<void(chorusComm_t)>> ops;
+      for (auto& p : cudaOps) {
+        ops.push_back(std::move(p.op));
+        tensors.push_back(p.tensor);
+      }
+      std::exception_ptr error;
+      c10::intrusive_ptr<c10d::Work> batch;
+      try {
+        batch = enqueue(OpType::COALESCED, "chorus:coalesced", tensors, tensors, c10d::kUnsetTimeout,
+                        [ops](chorusComm_t c) {
+                          GroupGuard group;
+                          check(c, group.startResult(), "coalesced send/recv");
+                          for (const auto& op : ops) op(c);
+                          check(c, group.end(), "coalesced send/recv");
+                        });
+      } catch (...) {
+        error = std::current_exception();
+      }
+      for (auto& p : cudaOps) p.work->complete(error);
+      if (error) std::rethrow_exception(error);
+      return batch;
     }
     p2p_->flush();
     return c10::make_intrusive<CoalescedWork>(getRank(), std::move(works));
@@ -1295,13 +1403,13 @@ class ProcessGroupChorus : public c10d::Backend {
     if (red.bitwise) {
       at::Tensor in = t.contiguous();
       at::Tensor all = at::empty({n, t.numel()}, t.options());
-      check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, nullptr), call);
+      check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()), call);
       at::Tensor(t).copy_(fold(all, *red.bitwise).view(t.sizes()));
       return;
     }
     Dense d(t, true);
     if (premul(red)) premultiply(d.t, red);
-    check(c, chorusAllReduce(d.t.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, nullptr),
+    check(c, chorusAllReduce(d.t.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, callStream()),
           call);
     d.write();
   }
@@ -1309,7 +1417,7 @@ class ProcessGroupChorus : public c10d::Backend {
   static void allgatherNow(chorusComm_t c, const at::Tensor& in, const at::Tensor& out, const char* call) {
     at::Tensor src = in.contiguous();
     Dense d(out, false);
-    check(c, chorusAllGather(src.data_ptr(), d.t.data_ptr(), src.nbytes(), chorusUint8, c, nullptr), call);
+    check(c, chorusAllGather(src.data_ptr(), d.t.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), call);
     d.write();
   }
 
@@ -1319,7 +1427,7 @@ class ProcessGroupChorus : public c10d::Backend {
     if (red.bitwise) {
       at::Tensor src = in.contiguous();
       at::Tensor all = at::empty({n, in.numel()}, in.options());
-      check(c, chorusAllGather(src.data_ptr(), all.data_ptr(), src.nbytes(), chorusUint8, c, nullptr), call);
+      check(c, chorusAllGather(src.data_ptr(), all.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), call);
       at::Tensor folded = fold(all, *red.bitwise);
       at::Tensor(out).copy_(folded.view({n, -1})[me].view(out.sizes()));
       return;
@@ -1330,7 +1438,7 @@ class ProcessGroupChorus : public c10d::Backend {
       premultiply(src, red);
     }
     Dense d(out, false);
-    check(c, chorusReduceScatter(src.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, nullptr),
+    check(c, chorusReduceScatter(src.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, callStream()),
           call);
     d.write();
   }
@@ -1340,6 +1448,10 @@ class ProcessGroupChorus : public c10d::Backend {
                                          std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
                                          std::function<void(chorusComm_t)> body) {
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
+    const at::Device device = deviceOf(inputs, outputs, title);
+#ifdef CHORUS_TORCH_CUDA
+    if (device.is_cuda()) return enqueueCuda(type, title, inputs, std::move(outputs), device, std::move(body));
+#endif
     auto work = c10::make_intrusive<AsyncWork>(getRank(), type, title, inputs, std::move(outputs), ++seq_);
     p2p_->flush();
     const double seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : 0.0;
@@ -1359,12 +1471,74 @@ class ProcessGroupChorus : public c10d::Backend {
     return work;
   }
 
+#ifdef CHORUS_TORCH_CUDA
+  // The worker enqueues the body on the caller's current stream (cudaStreamPerThread of the worker
+  // where that is the legacy default stream, which it synchronizes with) while the caller waits:
+  // so the caller's later kernels on its stream are ordered after the operation, and operations
+  // stay in call order with the CPU ones queued before. An error while enqueuing raises here.
+  c10::intrusive_ptr<c10d::Work> enqueueCuda(OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+                                             std::vector<at::Tensor> outputs, at::Device device,
+                                             std::function<void(chorusComm_t)> body) {
+    auto stream = c10::cuda::getCurrentCUDAStream(device.index());
+    auto work = c10::make_intrusive<CudaWork>(getRank(), type, title, inputs, std::move(outputs), ++seq_, comm_,
+                                              device);
+    p2p_->flush();
+    std::promise<void> done;
+    auto enqueuedFuture = done.get_future();
+    std::exception_ptr error;
+    worker_->submit([&, comm = comm_] {
+      try {
+        c10::cuda::CUDAGuard deviceGuard(device);
+        c10::cuda::CUDAStreamGuard streamGuard(stream);
+        tlsStream = stream.stream() ? static_cast<void*>(stream.stream()) : static_cast<void*>(cudaStreamPerThread);
+        body(comm);
+        tlsStream = nullptr;
+        work->enqueued();
+      } catch (...) {
+        tlsStream = nullptr;
+        error = std::current_exception();
+      }
+      done.set_value();
+    });
+    withoutGil([&] { enqueuedFuture.wait(); });
+    if (error) std::rethrow_exception(error);
+    record(work);
+    return work;
+  }
+#endif
+
   c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend) {
     const char* call = isSend ? "send" : "recv";
     const at::Tensor t = single(tensors, call);
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
     TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "chorus ", call, ": peer ", peer,
                 " is not another rank of this group of ", getSize(), " (this is rank ", getRank(), ")");
+#ifdef CHORUS_TORCH_CUDA
+    // CUDA tensors: enqueued at once and matched in order, tags ignored, as ProcessGroupNCCL does.
+    // Between startCoalescing and endCoalescing (batch_isend_irecv) they wait and run as one group.
+    if (t.is_cuda()) {
+      const at::Tensor dense = t.contiguous();
+      auto op = [dense, t, peer, isSend](chorusComm_t c) {
+        chorusResult_t r = isSend ? chorusSend(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream())
+                                  : chorusRecv(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream());
+        check(c, r, isSend ? "send" : "recv");
+        if (!isSend && !dense.is_same(t)) at::Tensor(t).copy_(dense);
+      };
+      {
+        std::lock_guard<std::mutex> lk(coalesceMu_);
+        if (coalescing_) {
+          // Its handle completes once endCoalescing has enqueued the batch (whose Work is the one
+          // batch_isend_irecv returns).
+          auto work = c10::make_intrusive<AsyncWork>(getRank(), isSend ? OpType::SEND : OpType::RECV, nullptr,
+                                                     tensors, tensors, seq_.load());
+          cudaP2p_.push_back(CudaP2p{std::move(op), t, work});
+          return work;
+        }
+      }
+      return enqueue(isSend ? OpType::SEND : OpType::RECV, isSend ? "chorus:send" : "chorus:recv", tensors, tensors,
+                     c10d::kUnsetTimeout, std::move(op));
+    }
+#endif
     auto work = c10::make_intrusive<P2pWork>(p2p_, getRank(), isSend ? OpType::SEND : OpType::RECV,
                                              isSend ? "chorus:send" : "chorus:recv", tensors, ++seq_);
     p2p_->add(P2pOp{isSend, t, peer, tag, work});
@@ -1388,6 +1562,12 @@ class ProcessGroupChorus : public c10d::Backend {
   std::mutex coalesceMu_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  struct CudaP2p {
+    std::function<void(chorusComm_t)> op;
+    at::Tensor tensor;
+    c10::intrusive_ptr<AsyncWork> work;
+  };
+  std::vector<CudaP2p> cudaP2p_;  // CUDA sends and receives waiting for endCoalescing
 };
 
 }  // namespace chorus_torch

@@ -33,8 +33,11 @@ class BuildWithCMake(build_py):
         generator = ["-G", "Ninja"] if shutil.which("ninja") and not os.path.exists(
             os.path.join(build, "CMakeCache.txt")) else []
         cache = os.path.join(build, "CMakeCache.txt")
+        prefix = "CHORUS_TORCH_PYTHON:FILEPATH="
         configured = os.path.exists(cache) and any(
-            line.strip() == "CHORUS_TORCH_PYTHON:FILEPATH=" + sys.executable for line in open(cache))
+            line.startswith(prefix) and os.path.samefile(line[len(prefix):].strip() or "/", sys.executable)
+            and os.path.dirname(line[len(prefix):].strip()) == os.path.dirname(sys.executable)
+            for line in open(cache))
         if not configured or os.environ.get("CHORUS_CMAKE_ARGS"):
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build] + generator + args)
         subprocess.check_call(["cmake", "--build", build, "--target", "chorus_torch", "-j", str(os.cpu_count() or 2)])
