@@ -1192,8 +1192,9 @@ class ProcessGroupChorus : public c10d::Backend {
                    [](chorusComm_t c) { check(c, chorusBarrier(c, callStream()), "barrier"); });
   }
 
-  // Through the store, as gloo's does through its pairs: every rank checks in with rank 0, which
-  // names the ranks that did not arrive within `timeout`, then lets everyone go.
+  // Through the store, as gloo's does through its pairs, with gloo's messages: every rank checks in
+  // with rank 0, which names the first rank (or, with waitAllRanks, every rank) that did not arrive
+  // within `timeout`, then lets everyone go; a rank that is not let go within `timeout` says so.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
     const auto timeout = opts.timeout == c10d::kUnsetTimeout ? options_->timeout : opts.timeout;
     const uint64_t round = monitoredRound_++;
@@ -1205,15 +1206,19 @@ class ProcessGroupChorus : public c10d::Backend {
         try {
           store_->wait({base + "done"}, timeout);
         } catch (const std::exception& e) {
-          TORCH_CHECK(false, "chorus monitored_barrier: rank ", me, " Timed out after ", timeout.count(),
-                      " ms waiting for rank 0 to release the barrier: ", e.what());
+          TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier, but received errors while waiting "
+                      "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (chorus: Timed out after ",
+                      timeout.count(), " ms: ", e.what(), ")");
         }
         return;
       }
-      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      const auto start = std::chrono::steady_clock::now();
       std::vector<int> missing;
       for (int r = 1; r < n; ++r) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            timeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+        if (left.count() <= 0 && !waitAllRanks)
+          TORCH_CHECK(false, "Rank 0 timed out in monitoredBarrier after ", timeout.count(), " ms (chorus)");
         bool arrived = false;
         try {
           store_->wait({base + std::to_string(r)}, std::max(left, std::chrono::milliseconds(1)));
@@ -1228,8 +1233,8 @@ class ProcessGroupChorus : public c10d::Backend {
       if (!missing.empty()) {
         std::string list;
         for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-        TORCH_CHECK(false, "chorus monitored_barrier: Timed out after ", timeout.count(), " ms: ",
-                    missing.size() == 1 ? "Rank " : "Ranks ", list, " failed to pass monitoredBarrier");
+        TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", list, " failed to pass monitoredBarrier in ",
+                    timeout.count(), " ms (chorus: Timed out)");
       }
       store_->set(base + "done", std::vector<uint8_t>{1});
     });
