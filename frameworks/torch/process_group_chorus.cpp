@@ -333,6 +333,23 @@ class Worker {
     }
     cv_.notify_one();
   }
+  // Runs `task` on the calling thread when nothing is queued or running, keeping call order (a
+  // blocking call's caller waits for it anyway, and this saves two thread hand-offs); false, doing
+  // nothing, when the worker is busy.
+  bool runInline(const std::function<void()>& task) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (busy_ || !tasks_.empty()) return false;
+      busy_ = true;
+    }
+    task();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+    return true;
+  }
 
  private:
   void loop() {
@@ -340,18 +357,22 @@ class Worker {
       std::function<void()> task;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+        cv_.wait(lk, [&] { return !busy_ && (stop_ || !tasks_.empty()); });
         if (tasks_.empty()) return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
+        busy_ = true;
       }
       task();
+      std::lock_guard<std::mutex> lk(mu_);
+      busy_ = false;
     }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  bool busy_ = false;  // a task runs, on the worker or inline
   std::thread thread_;
 };
 
@@ -734,6 +755,13 @@ void withoutGil(F&& f) {
 
 const std::string kIdKey = "chorus/unique_id";
 
+// A call's own options: its timeout (kUnsetTimeout: the group's) and whether the caller asked for
+// an asynchronous Work.
+struct CallOptions {
+  std::chrono::milliseconds timeout;
+  bool async;
+};
+
 }  // namespace
 
 class ProcessGroupChorus : public c10d::Backend {
@@ -785,7 +813,7 @@ class ProcessGroupChorus : public c10d::Backend {
     const at::Tensor t = single(tensors, "broadcast");
     checkRoot(opts.rootRank, "broadcast");
     const int root = static_cast<int>(opts.rootRank);
-    return enqueue(OpType::BROADCAST, "chorus:broadcast", tensors, tensors, opts.timeout,
+    return enqueue(OpType::BROADCAST, "chorus:broadcast", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [t, root](chorusComm_t c) {
                      Dense d(t, true);
                      check(c, chorusBroadcast(d.t.data_ptr(), d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream()),
@@ -799,7 +827,7 @@ class ProcessGroupChorus : public c10d::Backend {
     const at::Tensor t = single(tensors, "all_reduce");
     const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), "all_reduce");
     const int n = getSize();
-    return enqueue(OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, opts.timeout,
+    return enqueue(OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [t, red, n](chorusComm_t c) { allreduceNow(c, t, red, n, "all_reduce"); });
   }
 
@@ -812,7 +840,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   tensors[0].scalar_type(), " and ", t.scalar_type(), ")");
     const Reduction red = reductionOf(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
     const int n = getSize();
-    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:all_reduce", tensors, tensors, opts.timeout,
+    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [tensors, red, n](chorusComm_t c) {
                      std::vector<at::Tensor> flat;
                      for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
@@ -831,7 +859,7 @@ class ProcessGroupChorus : public c10d::Backend {
     checkRoot(opts.rootRank, "reduce");
     const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), "reduce");
     const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
-    return enqueue(OpType::REDUCE, "chorus:reduce", tensors, tensors, opts.timeout,
+    return enqueue(OpType::REDUCE, "chorus:reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [t, red, root, me, n](chorusComm_t c) {
                      if (red.bitwise) {
                        at::Tensor in = t.contiguous();
@@ -862,7 +890,7 @@ class ProcessGroupChorus : public c10d::Backend {
                 getSize(), " output tensors expected");
     for (const auto& o : outputs[0]) checkLike(o, in, "all_gather");
     const std::vector<at::Tensor> outs = outputs[0];
-    return enqueue(OpType::ALLGATHER, "chorus:all_gather", inputs, outs, opts.timeout, [in, outs](chorusComm_t c) {
+    return enqueue(OpType::ALLGATHER, "chorus:all_gather", inputs, outs, {opts.timeout, opts.asyncOp}, [in, outs](chorusComm_t c) {
       at::Tensor src = in.contiguous();
       at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()), in.numel()}, in.options());
       check(c, chorusAllGather(src.data_ptr(), flat.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), "all_gather");
@@ -878,7 +906,7 @@ class ProcessGroupChorus : public c10d::Backend {
                 "chorus all_gather_into_tensor: the output must hold world_size (", getSize(), ") inputs of ",
                 input.numel(), " ", input.scalar_type(), " elements, not ", output.numel(), " ", output.scalar_type());
     const at::Tensor in = input, out = output;
-    return enqueue(OpType::_ALLGATHER_BASE, "chorus:all_gather_into_tensor", {input}, {output}, opts.timeout,
+    return enqueue(OpType::_ALLGATHER_BASE, "chorus:all_gather_into_tensor", {input}, {output}, {opts.timeout, opts.asyncOp},
                    [in, out](chorusComm_t c) { allgatherNow(c, in, out, "all_gather_into_tensor"); });
   }
 
@@ -895,7 +923,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   "chorus all_gather_into_tensor_coalesced: output ", i, " must hold world_size inputs ", i);
     }
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
-    return enqueue(OpType::COALESCED, "chorus:all_gather_into_tensor_coalesced", inputs, outputs, opts.timeout,
+    return enqueue(OpType::COALESCED, "chorus:all_gather_into_tensor_coalesced", inputs, outputs, {opts.timeout, opts.asyncOp},
                    [ins, outs](chorusComm_t c) {
                      for (size_t i = 0; i < ins.size(); ++i)
                        allgatherNow(c, ins[i], outs[i], "all_gather_into_tensor_coalesced");
@@ -918,7 +946,7 @@ class ProcessGroupChorus : public c10d::Backend {
     const std::vector<std::vector<at::Tensor>> outs = outputLists;
     std::vector<at::Tensor> flatOuts;
     for (const auto& l : outputLists) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
-    return enqueue(OpType::ALLGATHER_COALESCED, "chorus:all_gather_coalesced", inputs, flatOuts, opts.timeout,
+    return enqueue(OpType::ALLGATHER_COALESCED, "chorus:all_gather_coalesced", inputs, flatOuts, {opts.timeout, opts.asyncOp},
                    [ins, outs](chorusComm_t c) {
                      // Every input as bytes in one buffer, gathered once.
                      std::vector<at::Tensor> bytes;
@@ -950,7 +978,7 @@ class ProcessGroupChorus : public c10d::Backend {
     const Reduction red = reductionOf(opts.reduceOp, out.scalar_type(), "reduce_scatter");
     const std::vector<at::Tensor> ins = inputs[0];
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::REDUCE_SCATTER, "chorus:reduce_scatter", ins, outputs, opts.timeout,
+    return enqueue(OpType::REDUCE_SCATTER, "chorus:reduce_scatter", ins, outputs, {opts.timeout, opts.asyncOp},
                    [out, ins, red, me, n](chorusComm_t c) {
                      std::vector<at::Tensor> flat;
                      for (const auto& t : ins) flat.push_back(t.reshape({-1}));
@@ -968,7 +996,7 @@ class ProcessGroupChorus : public c10d::Backend {
     const Reduction red = reductionOf(opts.reduceOp, output.scalar_type(), "reduce_scatter_tensor");
     const at::Tensor in = input, out = output;
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, "chorus:reduce_scatter_tensor", {input}, {output}, opts.timeout,
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, "chorus:reduce_scatter_tensor", {input}, {output}, {opts.timeout, opts.asyncOp},
                    [in, out, red, me, n](chorusComm_t c) {
                      reduceScatterNow(c, in, out, red, me, n, "reduce_scatter_tensor", false);
                    });
@@ -990,7 +1018,7 @@ class ProcessGroupChorus : public c10d::Backend {
     }
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::COALESCED, "chorus:reduce_scatter_tensor_coalesced", inputs, outputs, opts.timeout,
+    return enqueue(OpType::COALESCED, "chorus:reduce_scatter_tensor_coalesced", inputs, outputs, {opts.timeout, opts.asyncOp},
                    [ins, outs, reds, me, n](chorusComm_t c) {
                      for (size_t i = 0; i < ins.size(); ++i)
                        reduceScatterNow(c, ins[i], outs[i], reds[i], me, n, "reduce_scatter_tensor_coalesced", false);
@@ -1012,7 +1040,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   "chorus all_to_all_single: equal splits need input and output of the same size, with a first "
                   "dimension divisible by ",
                   n);
-      return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, opts.timeout,
+      return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, {opts.timeout, opts.asyncOp},
                      [in, out, n](chorusComm_t c) {
                        at::Tensor src = in.contiguous();
                        Dense d(out, false);
@@ -1045,7 +1073,7 @@ class ProcessGroupChorus : public c10d::Backend {
     std::vector<size_t> sc, sd, rc, rd;
     counts(inSplits, input, sc, sd, "the input");
     counts(outSplits, output, rc, rd, "the output");
-    return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, opts.timeout,
+    return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, {opts.timeout, opts.asyncOp},
                    [in, out, sc, sd, rc, rd](chorusComm_t c) {
                      at::Tensor src = in.contiguous();
                      Dense d(out, false);
@@ -1074,7 +1102,7 @@ class ProcessGroupChorus : public c10d::Backend {
       rc.push_back(outputs[r].nbytes());
     }
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
-    return enqueue(OpType::ALLTOALL, "chorus:all_to_all", inputs, outputs, opts.timeout,
+    return enqueue(OpType::ALLTOALL, "chorus:all_to_all", inputs, outputs, {opts.timeout, opts.asyncOp},
                    [ins, outs, sc, sd, rc, rd](chorusComm_t c) {
                      std::vector<at::Tensor> bytes;
                      for (const auto& t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
@@ -1107,7 +1135,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   " is not the root (", root, ") and takes no output list");
     }
     const std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
-    return enqueue(OpType::GATHER, "chorus:gather", inputs, outs, opts.timeout, [in, outs, root, me](chorusComm_t c) {
+    return enqueue(OpType::GATHER, "chorus:gather", inputs, outs, {opts.timeout, opts.asyncOp}, [in, outs, root, me](chorusComm_t c) {
       at::Tensor src = in.contiguous();
       std::vector<at::Tensor> dense;
       chorusResult_t first = chorusSuccess;
@@ -1149,7 +1177,7 @@ class ProcessGroupChorus : public c10d::Backend {
                   " is not the root (", root, ") and takes no input list");
     }
     const std::vector<at::Tensor> ins = isRoot ? inputs[0] : std::vector<at::Tensor>{};
-    return enqueue(OpType::SCATTER, "chorus:scatter", ins, outputs, opts.timeout, [out, ins, root, me](chorusComm_t c) {
+    return enqueue(OpType::SCATTER, "chorus:scatter", ins, outputs, {opts.timeout, opts.asyncOp}, [out, ins, root, me](chorusComm_t c) {
       Dense d(out, false);
       std::vector<at::Tensor> srcs;
       for (const auto& t : ins) srcs.push_back(t.contiguous());
@@ -1188,7 +1216,7 @@ class ProcessGroupChorus : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    return enqueue(OpType::BARRIER, "chorus:barrier", {}, {}, opts.timeout,
+    return enqueue(OpType::BARRIER, "chorus:barrier", {}, {}, {opts.timeout, opts.asyncOp},
                    [](chorusComm_t c) { check(c, chorusBarrier(c, callStream()), "barrier"); });
   }
 
@@ -1270,7 +1298,7 @@ class ProcessGroupChorus : public c10d::Backend {
       std::exception_ptr error;
       c10::intrusive_ptr<c10d::Work> batch;
       try {
-        batch = enqueue(OpType::COALESCED, "chorus:coalesced", tensors, tensors, c10d::kUnsetTimeout,
+        batch = enqueue(OpType::COALESCED, "chorus:coalesced", tensors, tensors, {c10d::kUnsetTimeout, true},
                         [ops](chorusComm_t c) {
                           GroupGuard group;
                           check(c, group.startResult(), "coalesced send/recv");
@@ -1450,8 +1478,9 @@ class ProcessGroupChorus : public c10d::Backend {
 
   // Queued sends and receives go first, so calls run in the order they were made.
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-                                         std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+                                         std::vector<at::Tensor> outputs, const CallOptions& call,
                                          std::function<void(chorusComm_t)> body) {
+    const std::chrono::milliseconds timeout = call.timeout;
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
     const at::Device device = deviceOf(inputs, outputs, title);
 #ifdef CHORUS_TORCH_CUDA
@@ -1461,7 +1490,7 @@ class ProcessGroupChorus : public c10d::Backend {
     p2p_->flush();
     const double seconds = timeout.count() > 0 ? timeout.count() / 1000.0 : 0.0;
     const double restore = options_->timeout.count() > 0 ? options_->timeout.count() / 1000.0 : 0.0;
-    worker_->submit([work, body = std::move(body), comm = comm_, seconds, restore] {
+    std::function<void()> task = [work, body = std::move(body), comm = comm_, seconds, restore] {
       std::exception_ptr error;
       try {
         if (seconds > 0) check(comm, chorusCommSetTimeout(comm, seconds), "setting the call's timeout");
@@ -1471,7 +1500,11 @@ class ProcessGroupChorus : public c10d::Backend {
       }
       if (seconds > 0) chorusCommSetTimeout(comm, restore);
       work->complete(error);
-    });
+    };
+    // A blocking call (async_op=False) with nothing queued before it runs here, on the caller's thread.
+    bool ran = false;
+    if (!call.async) withoutGil([&] { ran = worker_->runInline(task); });
+    if (!ran) worker_->submit(std::move(task));
     record(work);
     return work;
   }
@@ -1541,7 +1574,7 @@ class ProcessGroupChorus : public c10d::Backend {
         }
       }
       return enqueue(isSend ? OpType::SEND : OpType::RECV, isSend ? "chorus:send" : "chorus:recv", tensors, tensors,
-                     c10d::kUnsetTimeout, std::move(op));
+                     {c10d::kUnsetTimeout, true}, std::move(op));
     }
 #endif
     auto work = c10::make_intrusive<P2pWork>(p2p_, getRank(), isSend ? OpType::SEND : OpType::RECV,
