@@ -596,7 +596,7 @@ class P2pEngine {
       std::vector<Pending*> open;
       for (Pending& p : recvs)
         if (!p.done) open.push_back(&p);
-      if (open.empty() && !first) break;
+      if (open.empty() && (!first || sends.empty())) break;
       {
         GroupGuard group;
         check(comm, group.startResult(), "send/recv");
@@ -1357,7 +1357,11 @@ class ProcessGroupChorus : public c10d::Backend {
   }
 
   void setTimeout(std::chrono::milliseconds timeout) override {
+    TORCH_CHECK(timeout.count() >= 0, "chorus setTimeout: a negative timeout (", timeout.count(), " ms)");
+    std::lock_guard<std::mutex> lk(commMu_);
+    TORCH_CHECK(comm_ != nullptr && worker_, "chorus setTimeout: the process group was aborted or shut down");
     options_->timeout = timeout;
+    // In call order: operations queued before keep the timeout they were queued with.
     worker_->submit([c = comm_, timeout] { chorusCommSetTimeout(c, timeout.count() / 1000.0); });
   }
 
