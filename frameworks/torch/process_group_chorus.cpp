@@ -824,11 +824,57 @@ class ProcessGroupChorus : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse)
+      return allreduceSparse(tensors, opts);
     const at::Tensor t = single(tensors, "all_reduce");
     const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), "all_reduce");
     const int n = getSize();
     return enqueue(OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [t, red, n](chorusComm_t c) { allreduceNow(c, t, red, n, "all_reduce"); });
+  }
+
+  // A sparse COO tensor, SUM (as gloo): every rank's indices and values are all-gathered (padded to
+  // the largest count), concatenated and coalesced; the result replaces the tensor's contents.
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+    const at::Tensor t = tensors[0];
+    TORCH_CHECK(t.device().is_cpu(), "chorus all_reduce: sparse tensors on ", t.device(), " are not supported");
+    TORCH_CHECK(opts.reduceOp == RedOp::SUM, "chorus all_reduce: sparse tensors take ReduceOp.SUM only, not ",
+                opName(opts.reduceOp.op_));
+    const int n = getSize();
+    return enqueue(OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
+                   [t, n](chorusComm_t c) {
+                     const at::Tensor in = t.coalesce();
+                     const at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
+                     const int64_t nnz = idx.size(1);
+                     at::Tensor counts = at::empty({n}, at::kLong);
+                     check(c, chorusAllGather(&nnz, counts.data_ptr(), sizeof nnz, chorusUint8, c, callStream()),
+                           "all_reduce (sparse counts)");
+                     const int64_t most = counts.max().item<int64_t>();
+                     auto gather = [&](const at::Tensor& part, int64_t dim, const char* what) {
+                       // `part` padded to `most` along `dim`, gathered: n x its padded shape.
+                       std::vector<int64_t> shape(part.sizes().begin(), part.sizes().end());
+                       shape[dim] = most;
+                       at::Tensor padded = at::zeros(shape, part.options());
+                       padded.narrow(dim, 0, part.size(dim)).copy_(part);
+                       shape.insert(shape.begin(), n);
+                       at::Tensor all = at::empty(shape, part.options());
+                       check(c, chorusAllGather(padded.data_ptr(), all.data_ptr(), padded.nbytes(), chorusUint8, c,
+                                                callStream()),
+                             what);
+                       return all;
+                     };
+                     at::Tensor allIdx = gather(idx, 1, "all_reduce (sparse indices)");
+                     at::Tensor allVal = gather(val, 0, "all_reduce (sparse values)");
+                     std::vector<at::Tensor> idxs, vals;
+                     for (int r = 0; r < n; ++r) {
+                       const int64_t k = counts[r].item<int64_t>();
+                       idxs.push_back(allIdx[r].narrow(1, 0, k));
+                       vals.push_back(allVal[r].narrow(0, 0, k));
+                     }
+                     at::Tensor sum =
+                         at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), t.sizes(), t.options()).coalesce();
+                     at::Tensor(t).copy_(sum);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
