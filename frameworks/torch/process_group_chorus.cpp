@@ -56,7 +56,8 @@ void checkTensor(const at::Tensor& t, const char* call) {
   TORCH_CHECK(t.defined(), "chorus ", call, ": an undefined tensor");
   if (t.layout() != at::kStrided) {
     std::string layout = c10::str(t.layout());
-    std::transform(layout.begin(), layout.end(), layout.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    std::transform(layout.begin(), layout.end(), layout.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
     TORCH_CHECK(false, "chorus ", call, ": a ", layout,
                 " tensor: only dense (strided) tensors are supported; no data was read");
   }
@@ -178,17 +179,18 @@ struct Reduction {
 Reduction reductionOf(const RedOp& rop, at::ScalarType s, const char* call) {
   const RedOp::RedOpType op = rop.op_;
   const auto type = reductionType(s);
-  TORCH_CHECK(type.has_value(), "chorus ", call, ": reductions over ", dtypeName(s),
-              " tensors are not supported (bool, int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, "
-              "float32, float64 and complex are)");
+  TORCH_CHECK(
+      type.has_value(), "chorus ", call, ": reductions over ", dtypeName(s),
+      " tensors are not supported (bool, int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, "
+      "float32, float64 and complex are)");
   Reduction r;
   r.type = *type;
   r.complexPairs = at::isComplexType(s);
   const bool isBool = s == at::kBool;
   const bool isIntegral = at::isIntegralType(s, /*includeBool=*/false);
   auto refuse = [&](const char* why) {
-    TORCH_CHECK(false, "chorus ", call, ": ReduceOp.", opName(op), " is not supported on ", dtypeName(s), " tensors (", why,
-                ")");
+    TORCH_CHECK(false, "chorus ", call, ": ReduceOp.", opName(op), " is not supported on ", dtypeName(s),
+                " tensors (", why, ")");
   };
   if (r.complexPairs && op != RedOp::SUM && op != RedOp::AVG && op != RedOp::PREMUL_SUM)
     refuse("complex tensors take SUM, AVG and PREMUL_SUM");
@@ -246,7 +248,10 @@ Reduction reductionOf(const RedOp& rop, at::ScalarType s, const char* call) {
 // write() copies back.
 struct Dense {
   explicit Dense(const at::Tensor& user, bool copyIn = true)
-      : user_(user), t(user.is_contiguous() ? user : (copyIn ? user.contiguous() : at::empty_like(user, at::MemoryFormat::Contiguous))) {}
+      : user_(user),
+        t(user.is_contiguous()
+              ? user
+              : (copyIn ? user.contiguous() : at::empty_like(user, at::MemoryFormat::Contiguous))) {}
   void write() {
     if (!t.is_same(user_)) user_.copy_(t);
   }
@@ -289,8 +294,9 @@ std::string timeoutText(chorusResult_t r) {
 
 void check(chorusComm_t comm, chorusResult_t r, const char* what) {
   if (r == chorusSuccess) return;
-  const std::string msg = std::string("chorus ") + what + " failed (" + chorusGetErrorString(r) + "): " +
-                          timeoutText(r) + (comm ? chorusGetLastError(comm) : chorusGetLastError(nullptr));
+  const std::string msg = std::string("chorus ") + what + " failed (" + chorusGetErrorString(r) +
+                          "): " + timeoutText(r) +
+                          (comm ? chorusGetLastError(comm) : chorusGetLastError(nullptr));
   C10_THROW_ERROR(DistBackendError, msg);
 }
 
@@ -432,7 +438,7 @@ class CudaWork : public c10d::Work {
   void enqueued() {
     event_.record();
     future_->markCompleted(c10::IValue(outputs_));  // records its own event on the current stream
-    finish(nullptr);  // ends the profiler's record: the host side is done
+    finish(nullptr);                                // ends the profiler's record: the host side is done
   }
   bool isCompleted() override { return event_.query(); }
   bool isSuccess() const override { return asyncError() == chorusSuccess; }
@@ -542,7 +548,9 @@ class P2pEngine {
       error = std::current_exception();
     }
     for (P2pOp& op : ops)
-      if (!op.work->isCompleted()) op.work->complete(error ? error : std::make_exception_ptr(std::runtime_error("chorus send/recv: not completed")));
+      if (!op.work->isCompleted())
+        op.work->complete(
+            error ? error : std::make_exception_ptr(std::runtime_error("chorus send/recv: not completed")));
   }
 
  private:
@@ -557,9 +565,7 @@ class P2pEngine {
     bool done = false;
   };
 
-  static at::Tensor asBytes(const at::Tensor& t) {
-    return t.view({-1}).view(at::kByte);
-  }
+  static at::Tensor asBytes(const at::Tensor& t) { return t.view({-1}).view(at::kByte); }
 
   void deliver(Pending& p, const at::Tensor& bytes) {
     at::Tensor dst = asBytes(p.op->tensor.is_contiguous() ? p.op->tensor : p.dense);
@@ -581,7 +587,9 @@ class P2pEngine {
       if (op.isSend) {
         sends.push_back(&op);
       } else {
-        recvs.push_back(Pending{&op, op.tensor.is_contiguous() ? op.tensor : at::empty_like(op.tensor, at::MemoryFormat::Contiguous)});
+        recvs.push_back(Pending{&op, op.tensor.is_contiguous()
+                                         ? op.tensor
+                                         : at::empty_like(op.tensor, at::MemoryFormat::Contiguous)});
       }
     }
     // Receives an earlier message already answers.
@@ -605,14 +613,15 @@ class P2pEngine {
           for (size_t i = 0; i < sends.size() && r == chorusSuccess; ++i) {
             r = chorusSend(&sendEnv[i], sizeof(Envelope), chorusUint8, sends[i]->peer, comm, nullptr);
             if (r == chorusSuccess)
-              r = chorusSend(sendDense[i].data_ptr(), sendDense[i].nbytes(), chorusUint8, sends[i]->peer, comm,
-                             nullptr);
+              r = chorusSend(sendDense[i].data_ptr(), sendDense[i].nbytes(), chorusUint8, sends[i]->peer,
+                             comm, nullptr);
           }
         }
         for (Pending* p : open) {
           if (r != chorusSuccess) break;
           r = chorusRecv(&p->env, sizeof(Envelope), chorusUint8, p->op->peer, comm, nullptr);
-          if (r == chorusSuccess) r = chorusRecv(p->dense.data_ptr(), p->dense.nbytes(), chorusUint8, p->op->peer, comm, nullptr);
+          if (r == chorusSuccess)
+            r = chorusRecv(p->dense.data_ptr(), p->dense.nbytes(), chorusUint8, p->op->peer, comm, nullptr);
         }
         const chorusResult_t end = group.end();
         if (r == chorusSuccess) r = end;
@@ -657,7 +666,8 @@ class P2pEngine {
       const int peer = arrived[i].first;
       Received& m = arrived[i].second;
       TORCH_CHECK(open[i]->env.bytes == m.bytes.numel(), "chorus recv from rank ", peer,
-                  ": the envelope announced ", open[i]->env.bytes, " bytes and ", m.bytes.numel(), " arrived");
+                  ": the envelope announced ", open[i]->env.bytes, " bytes and ", m.bytes.numel(),
+                  " arrived");
       size_t target = open.size();
       for (size_t j = 0; j < open.size(); ++j)
         if (!claimed[j] && open[j]->op->peer == peer && open[j]->op->tag == m.tag) {
@@ -698,7 +708,8 @@ class P2pEngine {
 // two ranks, or a batch_isend_irecv list, progress together instead of each blocking the other.
 class P2pQueue {
  public:
-  P2pQueue(chorusComm_t comm, Worker* worker) : comm_(comm), worker_(worker), engine_(std::make_shared<P2pEngine>()) {}
+  P2pQueue(chorusComm_t comm, Worker* worker)
+      : comm_(comm), worker_(worker), engine_(std::make_shared<P2pEngine>()) {}
   void add(P2pOp op) {
     std::lock_guard<std::mutex> lk(mu_);
     ops_.push_back(std::move(op));
@@ -769,9 +780,7 @@ class ProcessGroupChorus : public c10d::Backend {
   // Collective over the group: rank 0 publishes a unique id in `store`, every rank joins with it.
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout, std::string groupName)
-      : c10d::Backend(rank, size),
-        store_(store),
-        options_(c10::make_intrusive<Options>("chorus", timeout)) {
+      : c10d::Backend(rank, size), store_(store), options_(c10::make_intrusive<Options>("chorus", timeout)) {
     options_->group_name = std::move(groupName);
     TORCH_CHECK(store_, "chorus: a process group needs a store");
     chorusUniqueId uid;
@@ -816,7 +825,9 @@ class ProcessGroupChorus : public c10d::Backend {
     return enqueue(OpType::BROADCAST, "chorus:broadcast", tensors, tensors, {opts.timeout, opts.asyncOp},
                    [t, root](chorusComm_t c) {
                      Dense d(t, true);
-                     check(c, chorusBroadcast(d.t.data_ptr(), d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream()),
+                     check(c,
+                           chorusBroadcast(d.t.data_ptr(), d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c,
+                                           callStream()),
                            "broadcast");
                      d.write();
                    });
@@ -835,46 +846,50 @@ class ProcessGroupChorus : public c10d::Backend {
 
   // A sparse COO tensor, SUM (as gloo): every rank's indices and values are all-gathered (padded to
   // the largest count), concatenated and coalesced; the result replaces the tensor's contents.
-  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceOptions& opts) {
     const at::Tensor t = tensors[0];
-    TORCH_CHECK(t.device().is_cpu(), "chorus all_reduce: sparse tensors on ", t.device(), " are not supported");
+    TORCH_CHECK(t.device().is_cpu(), "chorus all_reduce: sparse tensors on ", t.device(),
+                " are not supported");
     TORCH_CHECK(opts.reduceOp == RedOp::SUM, "chorus all_reduce: sparse tensors take ReduceOp.SUM only, not ",
                 opName(opts.reduceOp.op_));
     const int n = getSize();
-    return enqueue(OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
-                   [t, n](chorusComm_t c) {
-                     const at::Tensor in = t.coalesce();
-                     const at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
-                     const int64_t nnz = idx.size(1);
-                     at::Tensor counts = at::empty({n}, at::kLong);
-                     check(c, chorusAllGather(&nnz, counts.data_ptr(), sizeof nnz, chorusUint8, c, callStream()),
-                           "all_reduce (sparse counts)");
-                     const int64_t most = counts.max().item<int64_t>();
-                     auto gather = [&](const at::Tensor& part, int64_t dim, const char* what) {
-                       // `part` padded to `most` along `dim`, gathered: n x its padded shape.
-                       std::vector<int64_t> shape(part.sizes().begin(), part.sizes().end());
-                       shape[dim] = most;
-                       at::Tensor padded = at::zeros(shape, part.options());
-                       padded.narrow(dim, 0, part.size(dim)).copy_(part);
-                       shape.insert(shape.begin(), n);
-                       at::Tensor all = at::empty(shape, part.options());
-                       check(c, chorusAllGather(padded.data_ptr(), all.data_ptr(), padded.nbytes(), chorusUint8, c,
-                                                callStream()),
-                             what);
-                       return all;
-                     };
-                     at::Tensor allIdx = gather(idx, 1, "all_reduce (sparse indices)");
-                     at::Tensor allVal = gather(val, 0, "all_reduce (sparse values)");
-                     std::vector<at::Tensor> idxs, vals;
-                     for (int r = 0; r < n; ++r) {
-                       const int64_t k = counts[r].item<int64_t>();
-                       idxs.push_back(allIdx[r].narrow(1, 0, k));
-                       vals.push_back(allVal[r].narrow(0, 0, k));
-                     }
-                     at::Tensor sum =
-                         at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), t.sizes(), t.options()).coalesce();
-                     at::Tensor(t).copy_(sum);
-                   });
+    return enqueue(
+        OpType::ALLREDUCE, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
+        [t, n](chorusComm_t c) {
+          const at::Tensor in = t.coalesce();
+          const at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
+          const int64_t nnz = idx.size(1);
+          at::Tensor counts = at::empty({n}, at::kLong);
+          check(c, chorusAllGather(&nnz, counts.data_ptr(), sizeof nnz, chorusUint8, c, callStream()),
+                "all_reduce (sparse counts)");
+          const int64_t most = counts.max().item<int64_t>();
+          auto gather = [&](const at::Tensor& part, int64_t dim, const char* what) {
+            // `part` padded to `most` along `dim`, gathered: n x its padded shape.
+            std::vector<int64_t> shape(part.sizes().begin(), part.sizes().end());
+            shape[dim] = most;
+            at::Tensor padded = at::zeros(shape, part.options());
+            padded.narrow(dim, 0, part.size(dim)).copy_(part);
+            shape.insert(shape.begin(), n);
+            at::Tensor all = at::empty(shape, part.options());
+            check(c,
+                  chorusAllGather(padded.data_ptr(), all.data_ptr(), padded.nbytes(), chorusUint8, c,
+                                  callStream()),
+                  what);
+            return all;
+          };
+          at::Tensor allIdx = gather(idx, 1, "all_reduce (sparse indices)");
+          at::Tensor allVal = gather(val, 0, "all_reduce (sparse values)");
+          std::vector<at::Tensor> idxs, vals;
+          for (int r = 0; r < n; ++r) {
+            const int64_t k = counts[r].item<int64_t>();
+            idxs.push_back(allIdx[r].narrow(1, 0, k));
+            vals.push_back(allVal[r].narrow(0, 0, k));
+          }
+          at::Tensor sum =
+              at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), t.sizes(), t.options()).coalesce();
+          at::Tensor(t).copy_(sum);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -886,8 +901,8 @@ class ProcessGroupChorus : public c10d::Backend {
                   tensors[0].scalar_type(), " and ", t.scalar_type(), ")");
     const Reduction red = reductionOf(opts.reduceOp, tensors[0].scalar_type(), "allreduce_coalesced");
     const int n = getSize();
-    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:all_reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
-                   [tensors, red, n](chorusComm_t c) {
+    return enqueue(OpType::ALLREDUCE_COALESCED, "chorus:all_reduce", tensors, tensors,
+                   {opts.timeout, opts.asyncOp}, [tensors, red, n](chorusComm_t c) {
                      std::vector<at::Tensor> flat;
                      for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
                      at::Tensor all = at::cat(flat);
@@ -900,48 +915,58 @@ class ProcessGroupChorus : public c10d::Backend {
                    });
   }
 
-  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
     const at::Tensor t = single(tensors, "reduce");
     checkRoot(opts.rootRank, "reduce");
     const Reduction red = reductionOf(opts.reduceOp, t.scalar_type(), "reduce");
     const int root = static_cast<int>(opts.rootRank), me = getRank(), n = getSize();
-    return enqueue(OpType::REDUCE, "chorus:reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
-                   [t, red, root, me, n](chorusComm_t c) {
-                     if (red.bitwise) {
-                       at::Tensor in = t.contiguous();
-                       at::Tensor all = at::empty({n, t.numel()}, t.options());
-                       check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()),
-                             "reduce");
-                       if (me == root) at::Tensor(t).copy_(fold(all, *red.bitwise).view(t.sizes()));
-                       return;
-                     }
-                     // A copy when scaling: only the root's tensor may change.
-                     Dense d(t, true);
-                     at::Tensor buf = premul(red) ? d.t.clone() : d.t;
-                     if (premul(red)) premultiply(buf, red);
-                     check(c, chorusReduce(buf.data_ptr(), buf.data_ptr(), reductionCount(buf, red), red.type, red.op,
-                                           root, c, callStream()),
-                           "reduce");
-                     if (me == root) {
-                       if (!buf.is_same(d.t)) d.t.copy_(buf);
-                       d.write();
-                     }
-                   });
+    return enqueue(
+        OpType::REDUCE, "chorus:reduce", tensors, tensors, {opts.timeout, opts.asyncOp},
+        [t, red, root, me, n](chorusComm_t c) {
+          if (red.bitwise) {
+            at::Tensor in = t.contiguous();
+            at::Tensor all = at::empty({n, t.numel()}, t.options());
+            check(c,
+                  chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()),
+                  "reduce");
+            if (me == root) at::Tensor(t).copy_(fold(all, *red.bitwise).view(t.sizes()));
+            return;
+          }
+          // A copy when scaling: only the root's tensor may change.
+          Dense d(t, true);
+          at::Tensor buf = premul(red) ? d.t.clone() : d.t;
+          if (premul(red)) premultiply(buf, red);
+          check(c,
+                chorusReduce(buf.data_ptr(), buf.data_ptr(), reductionCount(buf, red), red.type, red.op, root,
+                             c, callStream()),
+                "reduce");
+          if (me == root) {
+            if (!buf.is_same(d.t)) d.t.copy_(buf);
+            d.write();
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override {
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
     const at::Tensor in = single(inputs, "all_gather");
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(), "chorus all_gather: one list of ",
-                getSize(), " output tensors expected");
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                "chorus all_gather: one list of ", getSize(), " output tensors expected");
     for (const auto& o : outputs[0]) checkLike(o, in, "all_gather");
     const std::vector<at::Tensor> outs = outputs[0];
-    return enqueue(OpType::ALLGATHER, "chorus:all_gather", inputs, outs, {opts.timeout, opts.asyncOp}, [in, outs](chorusComm_t c) {
-      at::Tensor src = in.contiguous();
-      at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()), in.numel()}, in.options());
-      check(c, chorusAllGather(src.data_ptr(), flat.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), "all_gather");
-      for (size_t r = 0; r < outs.size(); ++r) at::Tensor(outs[r]).copy_(flat[static_cast<int64_t>(r)].view(outs[r].sizes()));
-    });
+    return enqueue(
+        OpType::ALLGATHER, "chorus:all_gather", inputs, outs, {opts.timeout, opts.asyncOp},
+        [in, outs](chorusComm_t c) {
+          at::Tensor src = in.contiguous();
+          at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()), in.numel()}, in.options());
+          check(c,
+                chorusAllGather(src.data_ptr(), flat.data_ptr(), src.nbytes(), chorusUint8, c, callStream()),
+                "all_gather");
+          for (size_t r = 0; r < outs.size(); ++r)
+            at::Tensor(outs[r]).copy_(flat[static_cast<int64_t>(r)].view(outs[r].sizes()));
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
@@ -950,9 +975,11 @@ class ProcessGroupChorus : public c10d::Backend {
     checkTensor(output, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                 "chorus all_gather_into_tensor: the output must hold world_size (", getSize(), ") inputs of ",
-                input.numel(), " ", input.scalar_type(), " elements, not ", output.numel(), " ", output.scalar_type());
+                input.numel(), " ", input.scalar_type(), " elements, not ", output.numel(), " ",
+                output.scalar_type());
     const at::Tensor in = input, out = output;
-    return enqueue(OpType::_ALLGATHER_BASE, "chorus:all_gather_into_tensor", {input}, {output}, {opts.timeout, opts.asyncOp},
+    return enqueue(OpType::_ALLGATHER_BASE, "chorus:all_gather_into_tensor", {input}, {output},
+                   {opts.timeout, opts.asyncOp},
                    [in, out](chorusComm_t c) { allgatherNow(c, in, out, "all_gather_into_tensor"); });
   }
 
@@ -969,8 +996,8 @@ class ProcessGroupChorus : public c10d::Backend {
                   "chorus all_gather_into_tensor_coalesced: output ", i, " must hold world_size inputs ", i);
     }
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
-    return enqueue(OpType::COALESCED, "chorus:all_gather_into_tensor_coalesced", inputs, outputs, {opts.timeout, opts.asyncOp},
-                   [ins, outs](chorusComm_t c) {
+    return enqueue(OpType::COALESCED, "chorus:all_gather_into_tensor_coalesced", inputs, outputs,
+                   {opts.timeout, opts.asyncOp}, [ins, outs](chorusComm_t c) {
                      for (size_t i = 0; i < ins.size(); ++i)
                        allgatherNow(c, ins[i], outs[i], "all_gather_into_tensor_coalesced");
                    });
@@ -983,8 +1010,8 @@ class ProcessGroupChorus : public c10d::Backend {
                 " output lists expected, got ", outputLists.size());
     checkAll(inputs, "all_gather_coalesced");
     for (const auto& list : outputLists) {
-      TORCH_CHECK(list.size() == inputs.size(), "chorus all_gather_coalesced: every output list needs ", inputs.size(),
-                  " tensors");
+      TORCH_CHECK(list.size() == inputs.size(), "chorus all_gather_coalesced: every output list needs ",
+                  inputs.size(), " tensors");
       for (size_t i = 0; i < list.size(); ++i) checkLike(list[i], inputs[i], "all_gather_coalesced");
     }
     TORCH_CHECK(!inputs.empty(), "chorus all_gather_coalesced: no tensors");
@@ -992,40 +1019,42 @@ class ProcessGroupChorus : public c10d::Backend {
     const std::vector<std::vector<at::Tensor>> outs = outputLists;
     std::vector<at::Tensor> flatOuts;
     for (const auto& l : outputLists) flatOuts.insert(flatOuts.end(), l.begin(), l.end());
-    return enqueue(OpType::ALLGATHER_COALESCED, "chorus:all_gather_coalesced", inputs, flatOuts, {opts.timeout, opts.asyncOp},
-                   [ins, outs](chorusComm_t c) {
-                     // Every input as bytes in one buffer, gathered once.
-                     std::vector<at::Tensor> bytes;
-                     for (const auto& t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
-                     at::Tensor mine = at::cat(bytes);
-                     at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), mine.numel()}, mine.options());
-                     check(c, chorusAllGather(mine.data_ptr(), all.data_ptr(), mine.nbytes(), chorusUint8, c, callStream()),
-                           "all_gather_coalesced");
-                     for (size_t r = 0; r < outs.size(); ++r) {
-                       int64_t off = 0;
-                       for (size_t i = 0; i < ins.size(); ++i) {
-                         const int64_t nb = static_cast<int64_t>(ins[i].nbytes());
-                         at::Tensor dst = outs[r][i];
-                         at::Tensor src = all[static_cast<int64_t>(r)].narrow(0, off, nb);
-                         dst.copy_(src.view(dst.scalar_type()).view(dst.sizes()));
-                         off += nb;
-                       }
-                     }
-                   });
+    return enqueue(
+        OpType::ALLGATHER_COALESCED, "chorus:all_gather_coalesced", inputs, flatOuts,
+        {opts.timeout, opts.asyncOp}, [ins, outs](chorusComm_t c) {
+          // Every input as bytes in one buffer, gathered once.
+          std::vector<at::Tensor> bytes;
+          for (const auto& t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
+          at::Tensor mine = at::cat(bytes);
+          at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), mine.numel()}, mine.options());
+          check(c,
+                chorusAllGather(mine.data_ptr(), all.data_ptr(), mine.nbytes(), chorusUint8, c, callStream()),
+                "all_gather_coalesced");
+          for (size_t r = 0; r < outs.size(); ++r) {
+            int64_t off = 0;
+            for (size_t i = 0; i < ins.size(); ++i) {
+              const int64_t nb = static_cast<int64_t>(ins[i].nbytes());
+              at::Tensor dst = outs[r][i];
+              at::Tensor src = all[static_cast<int64_t>(r)].narrow(0, off, nb);
+              dst.copy_(src.view(dst.scalar_type()).view(dst.sizes()));
+              off += nb;
+            }
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
     const at::Tensor out = single(outputs, "reduce_scatter");
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(), "chorus reduce_scatter: one list of ",
-                getSize(), " input tensors expected");
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                "chorus reduce_scatter: one list of ", getSize(), " input tensors expected");
     for (const auto& i : inputs[0]) checkLike(i, out, "reduce_scatter");
     const Reduction red = reductionOf(opts.reduceOp, out.scalar_type(), "reduce_scatter");
     const std::vector<at::Tensor> ins = inputs[0];
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::REDUCE_SCATTER, "chorus:reduce_scatter", ins, outputs, {opts.timeout, opts.asyncOp},
-                   [out, ins, red, me, n](chorusComm_t c) {
+    return enqueue(OpType::REDUCE_SCATTER, "chorus:reduce_scatter", ins, outputs,
+                   {opts.timeout, opts.asyncOp}, [out, ins, red, me, n](chorusComm_t c) {
                      std::vector<at::Tensor> flat;
                      for (const auto& t : ins) flat.push_back(t.reshape({-1}));
                      reduceScatterNow(c, at::cat(flat), out, red, me, n, "reduce_scatter", true);
@@ -1038,19 +1067,20 @@ class ProcessGroupChorus : public c10d::Backend {
     checkTensor(output, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == output.numel() * getSize() && output.scalar_type() == input.scalar_type(),
                 "chorus reduce_scatter_tensor: the input must hold world_size (", getSize(), ") outputs of ",
-                output.numel(), " ", output.scalar_type(), " elements, not ", input.numel(), " ", input.scalar_type());
+                output.numel(), " ", output.scalar_type(), " elements, not ", input.numel(), " ",
+                input.scalar_type());
     const Reduction red = reductionOf(opts.reduceOp, output.scalar_type(), "reduce_scatter_tensor");
     const at::Tensor in = input, out = output;
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, "chorus:reduce_scatter_tensor", {input}, {output}, {opts.timeout, opts.asyncOp},
-                   [in, out, red, me, n](chorusComm_t c) {
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, "chorus:reduce_scatter_tensor", {input}, {output},
+                   {opts.timeout, opts.asyncOp}, [in, out, red, me, n](chorusComm_t c) {
                      reduceScatterNow(c, in, out, red, me, n, "reduce_scatter_tensor", false);
                    });
   }
 
-  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
-                                                                 std::vector<at::Tensor>& inputs,
-                                                                 const c10d::ReduceScatterOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
     TORCH_CHECK(outputs.size() == inputs.size(), "chorus reduce_scatter_tensor_coalesced: ", inputs.size(),
                 " inputs and ", outputs.size(), " outputs");
     std::vector<Reduction> reds;
@@ -1064,15 +1094,17 @@ class ProcessGroupChorus : public c10d::Backend {
     }
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
     const int me = getRank(), n = getSize();
-    return enqueue(OpType::COALESCED, "chorus:reduce_scatter_tensor_coalesced", inputs, outputs, {opts.timeout, opts.asyncOp},
-                   [ins, outs, reds, me, n](chorusComm_t c) {
+    return enqueue(OpType::COALESCED, "chorus:reduce_scatter_tensor_coalesced", inputs, outputs,
+                   {opts.timeout, opts.asyncOp}, [ins, outs, reds, me, n](chorusComm_t c) {
                      for (size_t i = 0; i < ins.size(); ++i)
-                       reduceScatterNow(c, ins[i], outs[i], reds[i], me, n, "reduce_scatter_tensor_coalesced", false);
+                       reduceScatterNow(c, ins[i], outs[i], reds[i], me, n, "reduce_scatter_tensor_coalesced",
+                                        false);
                    });
   }
 
   c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
-                                                   std::vector<int64_t>& outSplits, std::vector<int64_t>& inSplits,
+                                                   std::vector<int64_t>& outSplits,
+                                                   std::vector<int64_t>& inSplits,
                                                    const c10d::AllToAllOptions& opts) override {
     checkTensor(input, "all_to_all_single");
     checkTensor(output, "all_to_all_single");
@@ -1082,15 +1114,18 @@ class ProcessGroupChorus : public c10d::Backend {
     const at::Tensor in = input, out = output;
     if (outSplits.empty() && inSplits.empty()) {
       const int64_t rows = input.dim() > 0 ? input.size(0) : 0;
-      TORCH_CHECK(input.numel() == output.numel() && rows % n == 0,
-                  "chorus all_to_all_single: equal splits need input and output of the same size, with a first "
-                  "dimension divisible by ",
-                  n);
-      return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, {opts.timeout, opts.asyncOp},
-                     [in, out, n](chorusComm_t c) {
+      TORCH_CHECK(
+          input.numel() == output.numel() && rows % n == 0,
+          "chorus all_to_all_single: equal splits need input and output of the same size, with a first "
+          "dimension divisible by ",
+          n);
+      return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output},
+                     {opts.timeout, opts.asyncOp}, [in, out, n](chorusComm_t c) {
                        at::Tensor src = in.contiguous();
                        Dense d(out, false);
-                       check(c, chorusAllToAll(src.data_ptr(), d.t.data_ptr(), src.nbytes() / n, chorusUint8, c, callStream()),
+                       check(c,
+                             chorusAllToAll(src.data_ptr(), d.t.data_ptr(), src.nbytes() / n, chorusUint8, c,
+                                            callStream()),
                              "all_to_all_single");
                        d.write();
                      });
@@ -1114,17 +1149,19 @@ class ProcessGroupChorus : public c10d::Backend {
         cnt.push_back(static_cast<size_t>(sz * rowBytes));
         total += sz;
       }
-      TORCH_CHECK(total == rows, "chorus all_to_all_single: ", which, " splits add up to ", total, " rows, not ", rows);
+      TORCH_CHECK(total == rows, "chorus all_to_all_single: ", which, " splits add up to ", total,
+                  " rows, not ", rows);
     };
     std::vector<size_t> sc, sd, rc, rd;
     counts(inSplits, input, sc, sd, "the input");
     counts(outSplits, output, rc, rd, "the output");
-    return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output}, {opts.timeout, opts.asyncOp},
-                   [in, out, sc, sd, rc, rd](chorusComm_t c) {
+    return enqueue(OpType::ALLTOALL_BASE, "chorus:all_to_all", {input}, {output},
+                   {opts.timeout, opts.asyncOp}, [in, out, sc, sd, rc, rd](chorusComm_t c) {
                      at::Tensor src = in.contiguous();
                      Dense d(out, false);
-                     check(c, chorusAllToAllv(src.data_ptr(), sc.data(), sd.data(), d.t.data_ptr(), rc.data(), rd.data(),
-                                              chorusUint8, c, callStream()),
+                     check(c,
+                           chorusAllToAllv(src.data_ptr(), sc.data(), sd.data(), d.t.data_ptr(), rc.data(),
+                                           rd.data(), chorusUint8, c, callStream()),
                            "all_to_all_single");
                      d.write();
                    });
@@ -1133,8 +1170,8 @@ class ProcessGroupChorus : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
     const int n = getSize();
-    TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n, "chorus all_to_all: ", n,
-                " input and output tensors expected");
+    TORCH_CHECK(static_cast<int>(outputs.size()) == n && static_cast<int>(inputs.size()) == n,
+                "chorus all_to_all: ", n, " input and output tensors expected");
     std::vector<size_t> sc, sd, rc, rd;
     for (int r = 0; r < n; ++r) {
       checkTensor(inputs[r], "all_to_all");
@@ -1154,8 +1191,9 @@ class ProcessGroupChorus : public c10d::Backend {
                      for (const auto& t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
                      at::Tensor in = at::cat(bytes);
                      at::Tensor out = at::empty({static_cast<int64_t>(rd.back() + rc.back())}, in.options());
-                     check(c, chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(),
-                                              chorusUint8, c, callStream()),
+                     check(c,
+                           chorusAllToAllv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(),
+                                           rd.data(), chorusUint8, c, callStream()),
                            "all_to_all");
                      for (size_t r = 0; r < outs.size(); ++r) {
                        at::Tensor dst = outs[r];
@@ -1166,7 +1204,8 @@ class ProcessGroupChorus : public c10d::Backend {
                    });
   }
 
-  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
     const at::Tensor in = single(inputs, "gather");
     checkRoot(opts.rootRank, "gather");
@@ -1181,34 +1220,39 @@ class ProcessGroupChorus : public c10d::Backend {
                   " is not the root (", root, ") and takes no output list");
     }
     const std::vector<at::Tensor> outs = isRoot ? outputs[0] : std::vector<at::Tensor>{};
-    return enqueue(OpType::GATHER, "chorus:gather", inputs, outs, {opts.timeout, opts.asyncOp}, [in, outs, root, me](chorusComm_t c) {
-      at::Tensor src = in.contiguous();
-      std::vector<at::Tensor> dense;
-      chorusResult_t first = chorusSuccess;
-      {
-        GroupGuard group;
-        check(c, group.startResult(), "gather");
-        if (me == root) {
-          for (size_t r = 0; r < outs.size(); ++r) {
-            dense.push_back(outs[r].is_contiguous() ? outs[r] : at::empty_like(outs[r], at::MemoryFormat::Contiguous));
-            if (static_cast<int>(r) == root)
-              dense[r].copy_(src.view(outs[r].sizes()));
-            else if (first == chorusSuccess)
-              first = chorusRecv(dense[r].data_ptr(), dense[r].nbytes(), chorusUint8, static_cast<int>(r), c, callStream());
-          }
-        } else {
-          first = chorusSend(src.data_ptr(), src.nbytes(), chorusUint8, root, c, callStream());
-        }
-        const chorusResult_t end = group.end();
-        check(c, first, "gather");
-        check(c, end, "gather");
-      }
-      for (size_t r = 0; r < dense.size(); ++r)
-        if (!dense[r].is_same(outs[r])) at::Tensor(outs[r]).copy_(dense[r]);
-    });
+    return enqueue(OpType::GATHER, "chorus:gather", inputs, outs, {opts.timeout, opts.asyncOp},
+                   [in, outs, root, me](chorusComm_t c) {
+                     at::Tensor src = in.contiguous();
+                     std::vector<at::Tensor> dense;
+                     chorusResult_t first = chorusSuccess;
+                     {
+                       GroupGuard group;
+                       check(c, group.startResult(), "gather");
+                       if (me == root) {
+                         for (size_t r = 0; r < outs.size(); ++r) {
+                           dense.push_back(outs[r].is_contiguous()
+                                               ? outs[r]
+                                               : at::empty_like(outs[r], at::MemoryFormat::Contiguous));
+                           if (static_cast<int>(r) == root)
+                             dense[r].copy_(src.view(outs[r].sizes()));
+                           else if (first == chorusSuccess)
+                             first = chorusRecv(dense[r].data_ptr(), dense[r].nbytes(), chorusUint8,
+                                                static_cast<int>(r), c, callStream());
+                         }
+                       } else {
+                         first = chorusSend(src.data_ptr(), src.nbytes(), chorusUint8, root, c, callStream());
+                       }
+                       const chorusResult_t end = group.end();
+                       check(c, first, "gather");
+                       check(c, end, "gather");
+                     }
+                     for (size_t r = 0; r < dense.size(); ++r)
+                       if (!dense[r].is_same(outs[r])) at::Tensor(outs[r]).copy_(dense[r]);
+                   });
   }
 
-  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
     const at::Tensor out = single(outputs, "scatter");
     checkRoot(opts.rootRank, "scatter");
@@ -1223,28 +1267,30 @@ class ProcessGroupChorus : public c10d::Backend {
                   " is not the root (", root, ") and takes no input list");
     }
     const std::vector<at::Tensor> ins = isRoot ? inputs[0] : std::vector<at::Tensor>{};
-    return enqueue(OpType::SCATTER, "chorus:scatter", ins, outputs, {opts.timeout, opts.asyncOp}, [out, ins, root, me](chorusComm_t c) {
-      Dense d(out, false);
-      std::vector<at::Tensor> srcs;
-      for (const auto& t : ins) srcs.push_back(t.contiguous());
-      chorusResult_t first = chorusSuccess;
-      GroupGuard group;
-      check(c, group.startResult(), "scatter");
-      if (me == root) {
-        for (size_t r = 0; r < srcs.size(); ++r) {
-          if (static_cast<int>(r) == root)
-            d.t.copy_(srcs[r].view(d.t.sizes()));
-          else if (first == chorusSuccess)
-            first = chorusSend(srcs[r].data_ptr(), srcs[r].nbytes(), chorusUint8, static_cast<int>(r), c, callStream());
-        }
-      } else {
-        first = chorusRecv(d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream());
-      }
-      const chorusResult_t end = group.end();
-      check(c, first, "scatter");
-      check(c, end, "scatter");
-      d.write();
-    });
+    return enqueue(OpType::SCATTER, "chorus:scatter", ins, outputs, {opts.timeout, opts.asyncOp},
+                   [out, ins, root, me](chorusComm_t c) {
+                     Dense d(out, false);
+                     std::vector<at::Tensor> srcs;
+                     for (const auto& t : ins) srcs.push_back(t.contiguous());
+                     chorusResult_t first = chorusSuccess;
+                     GroupGuard group;
+                     check(c, group.startResult(), "scatter");
+                     if (me == root) {
+                       for (size_t r = 0; r < srcs.size(); ++r) {
+                         if (static_cast<int>(r) == root)
+                           d.t.copy_(srcs[r].view(d.t.sizes()));
+                         else if (first == chorusSuccess)
+                           first = chorusSend(srcs[r].data_ptr(), srcs[r].nbytes(), chorusUint8,
+                                              static_cast<int>(r), c, callStream());
+                       }
+                     } else {
+                       first = chorusRecv(d.t.data_ptr(), d.t.nbytes(), chorusUint8, root, c, callStream());
+                     }
+                     const chorusResult_t end = group.end();
+                     check(c, first, "scatter");
+                     check(c, end, "scatter");
+                     d.write();
+                   });
   }
 
   // ---- Point to point ----
@@ -1256,9 +1302,10 @@ class ProcessGroupChorus : public c10d::Backend {
     return pointToPoint(tensors, srcRank, tag, false);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    TORCH_CHECK(false,
-                "chorus recv: a receive from any source is not supported (Chorus matches messages per source); "
-                "name the source rank");
+    TORCH_CHECK(
+        false,
+        "chorus recv: a receive from any source is not supported (Chorus matches messages per source); "
+        "name the source rank");
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
@@ -1280,8 +1327,10 @@ class ProcessGroupChorus : public c10d::Backend {
         try {
           store_->wait({base + "done"}, timeout);
         } catch (const std::exception& e) {
-          TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier, but received errors while waiting "
-                      "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (chorus: Timed out after ",
+          TORCH_CHECK(false, "Rank ", me,
+                      " successfully reached monitoredBarrier, but received errors while waiting "
+                      "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (chorus: Timed "
+                      "out after ",
                       timeout.count(), " ms: ", e.what(), ")");
         }
         return;
@@ -1289,8 +1338,8 @@ class ProcessGroupChorus : public c10d::Backend {
       const auto start = std::chrono::steady_clock::now();
       std::vector<int> missing;
       for (int r = 1; r < n; ++r) {
-        const auto left =
-            timeout - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+        const auto left = timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::steady_clock::now() - start);
         if (left.count() <= 0 && !waitAllRanks)
           TORCH_CHECK(false, "Rank 0 timed out in monitoredBarrier after ", timeout.count(), " ms (chorus)");
         bool arrived = false;
@@ -1307,8 +1356,8 @@ class ProcessGroupChorus : public c10d::Backend {
       if (!missing.empty()) {
         std::string list;
         for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-        TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", list, " failed to pass monitoredBarrier in ",
-                    timeout.count(), " ms (chorus: Timed out)");
+        TORCH_CHECK(false, missing.size() == 1 ? "Rank " : "Ranks ", list,
+                    " failed to pass monitoredBarrier in ", timeout.count(), " ms (chorus: Timed out)");
       }
       store_->set(base + "done", std::vector<uint8_t>{1});
     });
@@ -1365,7 +1414,8 @@ class ProcessGroupChorus : public c10d::Backend {
   bool supportsSplitting() const override { return true; }
   // A new communicator for `ranks` (this group's ranks, in order), made through `store` as at
   // creation; a rank not in `ranks` gets none.
-  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override {
     auto it = std::find(ranks.begin(), ranks.end(), getRank());
     if (it == ranks.end()) return nullptr;
@@ -1478,21 +1528,25 @@ class ProcessGroupChorus : public c10d::Backend {
   }
 
   void checkRoot(int64_t root, const char* call) const {
-    TORCH_CHECK(root >= 0 && root < getSize(), "chorus ", call, ": root ", root, " is not a rank of this group of ",
-                getSize());
+    TORCH_CHECK(root >= 0 && root < getSize(), "chorus ", call, ": root ", root,
+                " is not a rank of this group of ", getSize());
   }
 
-  static void allreduceNow(chorusComm_t c, const at::Tensor& t, const Reduction& red, int n, const char* call) {
+  static void allreduceNow(chorusComm_t c, const at::Tensor& t, const Reduction& red, int n,
+                           const char* call) {
     if (red.bitwise) {
       at::Tensor in = t.contiguous();
       at::Tensor all = at::empty({n, t.numel()}, t.options());
-      check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()), call);
+      check(c, chorusAllGather(in.data_ptr(), all.data_ptr(), in.nbytes(), chorusUint8, c, callStream()),
+            call);
       at::Tensor(t).copy_(fold(all, *red.bitwise).view(t.sizes()));
       return;
     }
     Dense d(t, true);
     if (premul(red)) premultiply(d.t, red);
-    check(c, chorusAllReduce(d.t.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, callStream()),
+    check(c,
+          chorusAllReduce(d.t.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c,
+                          callStream()),
           call);
     d.write();
   }
@@ -1500,17 +1554,19 @@ class ProcessGroupChorus : public c10d::Backend {
   static void allgatherNow(chorusComm_t c, const at::Tensor& in, const at::Tensor& out, const char* call) {
     at::Tensor src = in.contiguous();
     Dense d(out, false);
-    check(c, chorusAllGather(src.data_ptr(), d.t.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), call);
+    check(c, chorusAllGather(src.data_ptr(), d.t.data_ptr(), src.nbytes(), chorusUint8, c, callStream()),
+          call);
     d.write();
   }
 
   // `in` holds n blocks of out's size; `owned` when `in` is a temporary the call may scale in place.
-  static void reduceScatterNow(chorusComm_t c, const at::Tensor& in, const at::Tensor& out, const Reduction& red,
-                               int me, int n, const char* call, bool owned) {
+  static void reduceScatterNow(chorusComm_t c, const at::Tensor& in, const at::Tensor& out,
+                               const Reduction& red, int me, int n, const char* call, bool owned) {
     if (red.bitwise) {
       at::Tensor src = in.contiguous();
       at::Tensor all = at::empty({n, in.numel()}, in.options());
-      check(c, chorusAllGather(src.data_ptr(), all.data_ptr(), src.nbytes(), chorusUint8, c, callStream()), call);
+      check(c, chorusAllGather(src.data_ptr(), all.data_ptr(), src.nbytes(), chorusUint8, c, callStream()),
+            call);
       at::Tensor folded = fold(all, *red.bitwise);
       at::Tensor(out).copy_(folded.view({n, -1})[me].view(out.sizes()));
       return;
@@ -1521,20 +1577,24 @@ class ProcessGroupChorus : public c10d::Backend {
       premultiply(src, red);
     }
     Dense d(out, false);
-    check(c, chorusReduceScatter(src.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c, callStream()),
+    check(c,
+          chorusReduceScatter(src.data_ptr(), d.t.data_ptr(), reductionCount(d.t, red), red.type, red.op, c,
+                              callStream()),
           call);
     d.write();
   }
 
   // Queued sends and receives go first, so calls run in the order they were made.
-  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, const char* title,
+                                         const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, const CallOptions& call,
                                          std::function<void(chorusComm_t)> body) {
     const std::chrono::milliseconds timeout = call.timeout;
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
     const at::Device device = deviceOf(inputs, outputs, title);
 #ifdef CHORUS_TORCH_CUDA
-    if (device.is_cuda()) return enqueueCuda(type, title, inputs, std::move(outputs), device, std::move(body));
+    if (device.is_cuda())
+      return enqueueCuda(type, title, inputs, std::move(outputs), device, std::move(body));
 #endif
     auto work = c10::make_intrusive<AsyncWork>(getRank(), type, title, inputs, std::move(outputs), ++seq_);
     p2p_->flush();
@@ -1564,12 +1624,13 @@ class ProcessGroupChorus : public c10d::Backend {
   // where that is the legacy default stream, which it synchronizes with) while the caller waits:
   // so the caller's later kernels on its stream are ordered after the operation, and operations
   // stay in call order with the CPU ones queued before. An error while enqueuing raises here.
-  c10::intrusive_ptr<c10d::Work> enqueueCuda(OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+  c10::intrusive_ptr<c10d::Work> enqueueCuda(OpType type, const char* title,
+                                             const std::vector<at::Tensor>& inputs,
                                              std::vector<at::Tensor> outputs, at::Device device,
                                              std::function<void(chorusComm_t)> body) {
     auto stream = c10::cuda::getCurrentCUDAStream(device.index());
-    auto work = c10::make_intrusive<CudaWork>(getRank(), type, title, inputs, std::move(outputs), ++seq_, comm_,
-                                              device);
+    auto work = c10::make_intrusive<CudaWork>(getRank(), type, title, inputs, std::move(outputs), ++seq_,
+                                              comm_, device);
     p2p_->flush();
     std::promise<void> done;
     auto enqueuedFuture = done.get_future();
@@ -1578,7 +1639,8 @@ class ProcessGroupChorus : public c10d::Backend {
       try {
         c10::cuda::CUDAGuard deviceGuard(device);
         c10::cuda::CUDAStreamGuard streamGuard(stream);
-        tlsStream = stream.stream() ? static_cast<void*>(stream.stream()) : static_cast<void*>(cudaStreamPerThread);
+        tlsStream =
+            stream.stream() ? static_cast<void*>(stream.stream()) : static_cast<void*>(cudaStreamPerThread);
         body(comm);
         tlsStream = nullptr;
         work->enqueued();
@@ -1595,7 +1657,8 @@ class ProcessGroupChorus : public c10d::Backend {
   }
 #endif
 
-  c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend) {
+  c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag,
+                                              bool isSend) {
     const char* call = isSend ? "send" : "recv";
     const at::Tensor t = single(tensors, call);
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
@@ -1607,8 +1670,9 @@ class ProcessGroupChorus : public c10d::Backend {
     if (t.is_cuda()) {
       const at::Tensor dense = t.contiguous();
       auto op = [dense, t, peer, isSend](chorusComm_t c) {
-        chorusResult_t r = isSend ? chorusSend(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream())
-                                  : chorusRecv(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream());
+        chorusResult_t r =
+            isSend ? chorusSend(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream())
+                   : chorusRecv(dense.data_ptr(), dense.nbytes(), chorusUint8, peer, c, callStream());
         check(c, r, isSend ? "send" : "recv");
         if (!isSend && !dense.is_same(t)) at::Tensor(t).copy_(dense);
       };
@@ -1623,8 +1687,8 @@ class ProcessGroupChorus : public c10d::Backend {
           return work;
         }
       }
-      return enqueue(isSend ? OpType::SEND : OpType::RECV, isSend ? "chorus:send" : "chorus:recv", tensors, tensors,
-                     {c10d::kUnsetTimeout, true}, std::move(op));
+      return enqueue(isSend ? OpType::SEND : OpType::RECV, isSend ? "chorus:send" : "chorus:recv", tensors,
+                     tensors, {c10d::kUnsetTimeout, true}, std::move(op));
     }
 #endif
     auto work = c10::make_intrusive<P2pWork>(p2p_, getRank(), isSend ? OpType::SEND : OpType::RECV,
@@ -1668,9 +1732,10 @@ PYBIND11_MODULE(_C, m) {
     chorusGetVersion(&v);
     return v;
   });
-  py::class_<chorus_torch::ProcessGroupChorus, c10d::Backend, c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(
-      m, "ProcessGroupChorus")
-      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds, std::string>(),
+  py::class_<chorus_torch::ProcessGroupChorus, c10d::Backend,
+             c10::intrusive_ptr<chorus_torch::ProcessGroupChorus>>(m, "ProcessGroupChorus")
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
+                    std::string>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_name") = "",
            py::call_guard<py::gil_scoped_release>());
 }
