@@ -591,8 +591,10 @@ def _run_jobs(args):
             merged.update(json.load(f)["tests"])
     args.total = len(merged)
     write_results(args, merged)
-    print(_totals_line(_totals(merged)))
-    return rc
+    t = _totals(merged)
+    print(_totals_line(t))
+    print(f"{t['passed']} passed, {t['failed'] + t['error']} failed, {t['skipped']} skipped")
+    return rc or (1 if t["failed"] + t["error"] else 0)
 
 
 def main():
