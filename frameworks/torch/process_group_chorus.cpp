@@ -986,15 +986,7 @@ class ProcessGroupChorus : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "chorus all_gather_into_tensor_coalesced: ", inputs.size(),
-                " inputs and ", outputs.size(), " outputs");
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      checkTensor(inputs[i], "all_gather_into_tensor_coalesced");
-      checkTensor(outputs[i], "all_gather_into_tensor_coalesced");
-      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
-                      outputs[i].scalar_type() == inputs[i].scalar_type(),
-                  "chorus all_gather_into_tensor_coalesced: output ", i, " must hold world_size inputs ", i);
-    }
+    checkCoalesced(inputs, outputs, "all_gather_into_tensor_coalesced");
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
     return enqueue(OpType::COALESCED, "chorus:all_gather_into_tensor_coalesced", inputs, outputs,
                    {opts.timeout, opts.asyncOp}, [ins, outs](chorusComm_t c) {
@@ -1081,17 +1073,10 @@ class ProcessGroupChorus : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "chorus reduce_scatter_tensor_coalesced: ", inputs.size(),
-                " inputs and ", outputs.size(), " outputs");
+    checkCoalesced(outputs, inputs, "reduce_scatter_tensor_coalesced");
     std::vector<Reduction> reds;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      checkTensor(inputs[i], "reduce_scatter_tensor_coalesced");
-      checkTensor(outputs[i], "reduce_scatter_tensor_coalesced");
-      TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
-                      outputs[i].scalar_type() == inputs[i].scalar_type(),
-                  "chorus reduce_scatter_tensor_coalesced: input ", i, " must hold world_size outputs ", i);
-      reds.push_back(reductionOf(opts.reduceOp, outputs[i].scalar_type(), "reduce_scatter_tensor_coalesced"));
-    }
+    for (const auto& o : outputs)
+      reds.push_back(reductionOf(opts.reduceOp, o.scalar_type(), "reduce_scatter_tensor_coalesced"));
     const std::vector<at::Tensor> ins = inputs, outs = outputs;
     const int me = getRank(), n = getSize();
     return enqueue(OpType::COALESCED, "chorus:reduce_scatter_tensor_coalesced", inputs, outputs,
@@ -1525,6 +1510,22 @@ class ProcessGroupChorus : public c10d::Backend {
     worker_.reset();
     if (!abort) chorusCommDestroy(comm_);
     comm_ = nullptr;
+  }
+
+  // The pairs of a coalesced call: large[i] holds world_size times small[i], of one type.
+  void checkCoalesced(const std::vector<at::Tensor>& small, const std::vector<at::Tensor>& large,
+                      const char* call) const {
+    TORCH_CHECK(small.size() == large.size(), "chorus ", call, ": ", small.size(), " and ", large.size(),
+                " tensors: one of each per pair");
+    for (size_t i = 0; i < small.size(); ++i) {
+      checkTensor(small[i], call);
+      checkTensor(large[i], call);
+      TORCH_CHECK(large[i].numel() == small[i].numel() * getSize() &&
+                      large[i].scalar_type() == small[i].scalar_type(),
+                  "chorus ", call, ": pair ", i, " must be a tensor and one of world_size (", getSize(),
+                  ") times its size and of its type, not ", small[i].numel(), " and ", large[i].numel(),
+                  " elements");
+    }
   }
 
   void checkRoot(int64_t root, const char* call) const {
