@@ -32,6 +32,19 @@ def _mlp(torch, layers, width):
     return torch.nn.Sequential(*mods)
 
 
+def _sgd_step(torch, model, rows, g):
+    """One training step: `rows` random rows of 1024, loss mean(out^2), SGD at lr 0.01."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        x = torch.randn(rows, 1024, generator=g)
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    return step
+
+
 def worker(rank, world, backend, port, workload, quick, results):
     import torch
     import torch.distributed as dist
@@ -44,13 +57,7 @@ def worker(rank, world, backend, port, workload, quick, results):
     warm, timed = (2, 3) if quick else (3, 15)
     if workload == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(_mlp(torch, 4, 1024))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-        def step():
-            x = torch.randn(32, 1024, generator=g)
-            opt.zero_grad()
-            model(x).square().mean().backward()
-            opt.step()
+        step = _sgd_step(torch, model, 32, g)
 
         def checksum():
             return sum(p.detach().double().sum().item() for p in model.parameters())
@@ -63,13 +70,7 @@ def worker(rank, world, backend, port, workload, quick, results):
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-
-        def step():
-            x = torch.randn(8, 1024, generator=g)
-            opt.zero_grad()
-            model(x).square().mean().backward()
-            opt.step()
+        step = _sgd_step(torch, model, 8, g)
 
         def checksum():
             return sum(p.full_tensor().double().sum().item() for p in model.parameters())
