@@ -1,4 +1,7 @@
-// libnccl.so.2 from Chorus: NCCL 2.28's API (the nccl.h installed with CUDA) over Chorus's C API.
+// libnccl.so.2 from Chorus: NCCL's API (2.30, the nccl.h of the NCCL wheel PyTorch depends on; or
+// the 2.28 of CUDA's nccl.h) over Chorus's C API. This file: creation, queries, collectives,
+// groups; nccl_elastic.cpp: grow, suspend, revoke and the other 2.30 calls; nccl_windows.cpp:
+// windows, one-sided calls and the device API; nccl_env.cpp: NCCL's variables and ncclParam*.
 //
 // Programs and frameworks that load libnccl.so.2 run on Chorus unchanged. As an extension, host
 // buffers with a NULL stream work (real NCCL rejects them), so the library is usable without a GPU.
@@ -6,7 +9,6 @@
 // as the per-thread default stream), except for gather and scatter, which refuse them, as do the few
 // functions listed in docs/frameworks.md.
 #include <dlfcn.h>
-#include <nccl.h>
 
 #include <atomic>
 #include <cstring>
@@ -14,9 +16,14 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "frameworks/nccl/shim.hpp"
+
+using shim::fromChorus;
+using shim::refuse;
 
 namespace {
 
@@ -25,37 +32,6 @@ static_assert(static_cast<int>(ncclInProgress) == static_cast<int>(chorusInProgr
               "result codes 0..7 agree");
 static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(chorusBfloat16), "types 0..9 agree");
 static_assert(static_cast<int>(ncclAvg) == static_cast<int>(chorusAvg), "ops 0..4 agree");
-
-// The shim's own last error (a call it refused itself); chorusGetLastError holds Chorus's.
-thread_local std::string tShimError;
-thread_local bool tShimErrorIsLatest = false;
-
-ncclResult_t refuse(ncclResult_t code, const std::string& message) {
-  tShimError = message;
-  tShimErrorIsLatest = true;
-  return code;
-}
-
-// Chorus's codes are NCCL's for 0..7; chorusTimeout (a wait passed its deadline, the message naming
-// the ranks that did not arrive) has no NCCL counterpart and is reported as a remote error.
-ncclResult_t fromChorus(chorusResult_t r) {
-  if (r != chorusSuccess) tShimErrorIsLatest = false;  // Chorus's message is the latest now
-  if (r == chorusTimeout) return ncclRemoteError;
-  if (static_cast<int>(r) < 0 || static_cast<int>(r) >= static_cast<int>(ncclNumResults))
-    return ncclInternalError;
-  return static_cast<ncclResult_t>(r);
-}
-
-// What an exception inside an exported function becomes: nothing may unwind into a C caller.
-ncclResult_t fromException() noexcept {
-  try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    return ncclSystemError;
-  } catch (...) {
-    return ncclInternalError;
-  }
-}
 
 // The caller's ncclGroupStart/End nesting on this thread, and the local copies that gather and
 // scatter must make once the caller's outermost group has run (their sources may be filled by
@@ -70,8 +46,16 @@ void afterGroup(std::function<void()> fn) {
     fn();
 }
 
-chorusComm_t toChorus(ncclComm_t c) { return reinterpret_cast<chorusComm_t>(c); }
-ncclComm_t toNccl(chorusComm_t c) { return reinterpret_cast<ncclComm_t>(c); }
+// The shim's own last error (a call it refused itself); chorusGetLastError holds Chorus's.
+thread_local std::string tShimError;
+thread_local bool tShimErrorIsLatest = false;
+
+// Every handle ever made (they are never freed: a destroyed one stays recognisable).
+std::mutex gCommsMu;
+std::unordered_set<const ncclComm*>& comms() {
+  static auto* set = new std::unordered_set<const ncclComm*>();
+  return *set;
+}
 
 // cudaPointerGetAttributes from libcudart, if it loads: a device pointer with a NULL stream would
 // otherwise be read by the CPU. Without CUDA (or without a GPU) every pointer is host memory.
@@ -92,30 +76,80 @@ void loadCuda() {
   }
 }
 
-bool isDeviceMemory(const void* p) {
-  if (p == nullptr) return false;
-  std::call_once(gCudaOnce, loadCuda);
-  PointerAttrFn fn = gPointerAttr.load();
-  if (!fn) return false;
-  cudaPointerAttributes a{};
-  if (fn(&a, p) != cudaSuccess) return false;
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}  // namespace
+
+namespace shim {
+
+ncclResult_t refuse(ncclResult_t code, const std::string& message) {
+  tShimError = message;
+  tShimErrorIsLatest = true;
+  return code;
 }
 
-// Gather and scatter (grouped sends and receives, and a copy of the root's own block) take host
-// buffers with a NULL stream only.
-bool hostOnly(const char* call, cudaStream_t stream, const void* a, const void* b, ncclResult_t* out) {
-  std::string why;
-  if (stream != nullptr)
-    why =
-        "a CUDA stream was given; this Chorus libnccl runs gather and scatter on host buffers with a NULL "
-        "stream only";
-  else if (isDeviceMemory(a) || isDeviceMemory(b))
-    why = "a device buffer was given; this Chorus libnccl runs gather and scatter on host buffers only";
-  if (why.empty()) return true;
-  *out = refuse(ncclInvalidUsage, std::string(call) + ": " + why);
-  return false;
+ncclResult_t fromChorus(chorusResult_t r) {
+  if (r != chorusSuccess) tShimErrorIsLatest = false;  // Chorus's message is the latest now
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 30, 0)
+  // 2.28 has no ncclTimeout: a wait past its deadline is reported as a remote error.
+  if (r == chorusTimeout) return ncclRemoteError;
+#else
+  static_assert(static_cast<int>(ncclTimeout) == static_cast<int>(chorusTimeout), "result codes 0..8 agree");
+#endif
+  if (static_cast<int>(r) < 0 || static_cast<int>(r) >= static_cast<int>(ncclNumResults))
+    return ncclInternalError;
+  return static_cast<ncclResult_t>(r);
 }
+
+ncclResult_t fromException() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return refuse(ncclSystemError, "out of memory");
+  } catch (...) {
+    return refuse(ncclInternalError, "internal error in Chorus's libnccl");
+  }
+}
+
+ncclComm_t wrap(chorusComm_t c) {
+  auto* comm = new ncclComm;
+  comm->c = c;
+  chorusCommUserRank(c, &comm->rank);
+  chorusCommCount(c, &comm->nranks);
+  std::lock_guard lk(gCommsMu);
+  comms().insert(comm);
+  return comm;
+}
+
+bool known(const ncclComm* comm) {
+  std::lock_guard lk(gCommsMu);
+  return comms().count(comm) > 0;
+}
+
+bool resolve(const ncclComm* comm, const char* call, chorusComm_t* out, ncclResult_t* err) {
+  if (comm == nullptr) {
+    *err = refuse(ncclInvalidArgument, std::string(call) + ": comm is NULL");
+    return false;
+  }
+  if (!known(comm)) {
+    *err = refuse(ncclInvalidArgument, std::string(call) + ": not a communicator made by Chorus's libnccl");
+    return false;
+  }
+  if (comm->destroyed) {
+    *err =
+        refuse(ncclInvalidUsage, std::string(call) + ": the communicator was already destroyed or aborted");
+    return false;
+  }
+  if (comm->suspended) {
+    *err =
+        refuse(ncclInvalidUsage, std::string(call) + ": rank " + std::to_string(comm->rank) +
+                                     ": the communicator is suspended (ncclCommSuspend); ncclCommResume it "
+                                     "first");
+    return false;
+  }
+  *out = comm->c;
+  return true;
+}
+
+int groupDepth() { return tGroupDepth; }
 
 bool typeOk(const char* call, ncclDataType_t t, ncclResult_t* out) {
   if (static_cast<int>(t) >= 0 && static_cast<int>(t) < static_cast<int>(chorusNumTypes)) return true;
@@ -125,19 +159,6 @@ bool typeOk(const char* call, ncclDataType_t t, ncclResult_t* out) {
     *out = refuse(ncclInvalidArgument,
                   std::string(call) + ": unknown data type " + std::to_string(static_cast<int>(t)));
   return false;
-}
-
-bool opOk(const char* call, ncclRedOp_t op, ncclResult_t* out) {
-  if (static_cast<int>(op) >= 0 && static_cast<int>(op) < static_cast<int>(ncclNumOps)) return true;
-  *out = refuse(ncclInvalidArgument, std::string(call) + ": reduction op " +
-                                         std::to_string(static_cast<int>(op)) +
-                                         " is not a built-in op (ncclRedOpCreatePreMulSum is not supported)");
-  return false;
-}
-
-ncclResult_t unsupported(const char* call) {
-  return refuse(ncclInvalidUsage,
-                std::string(call) + " is not supported by Chorus's libnccl yet (see docs/frameworks.md)");
 }
 
 size_t typeSize(ncclDataType_t t) {
@@ -157,28 +178,53 @@ size_t typeSize(ncclDataType_t t) {
   }
 }
 
-bool configOk(const char* call, const ncclConfig_t* config, ncclResult_t* out) {
-  if (config == nullptr) return true;
-  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
-    *out = refuse(ncclInvalidArgument,
-                  std::string(call) + ": the config was not set from NCCL_CONFIG_INITIALIZER");
-    return false;
-  }
-  return true;
+bool isDeviceMemory(const void* p) {
+  if (p == nullptr) return false;
+  std::call_once(gCudaOnce, loadCuda);
+  PointerAttrFn fn = gPointerAttr.load();
+  if (!fn) return false;
+  cudaPointerAttributes a{};
+  if (fn(&a, p) != cudaSuccess) return false;
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace shim
+
+using shim::isDeviceMemory;
+using shim::typeOk;
+using shim::typeSize;
+
+namespace {
+
+// Gather and scatter (grouped sends and receives, and a copy of the root's own block) take host
+// buffers with a NULL stream only.
+bool hostOnly(const char* call, cudaStream_t stream, const void* a, const void* b, ncclResult_t* out) {
+  std::string why;
+  if (stream != nullptr)
+    why =
+        "a CUDA stream was given; this Chorus libnccl runs gather and scatter on host buffers with a NULL "
+        "stream only";
+  else if (isDeviceMemory(a) || isDeviceMemory(b))
+    why = "a device buffer was given; this Chorus libnccl runs gather and scatter on host buffers only";
+  if (why.empty()) return true;
+  *out = refuse(ncclInvalidUsage, std::string(call) + ": " + why);
+  return false;
+}
+
+bool opOk(const char* call, ncclRedOp_t op, ncclResult_t* out) {
+  if (static_cast<int>(op) >= 0 && static_cast<int>(op) < static_cast<int>(ncclNumOps)) return true;
+  *out = refuse(ncclInvalidArgument, std::string(call) + ": reduction op " +
+                                         std::to_string(static_cast<int>(op)) +
+                                         " is not a built-in op (ncclRedOpCreatePreMulSum is not supported)");
+  return false;
+}
+
+ncclResult_t unsupported(const char* call) {
+  return refuse(ncclInvalidUsage,
+                std::string(call) + " is not supported by Chorus's libnccl yet (see docs/frameworks.md)");
 }
 
 }  // namespace
-
-#define SHIM_EXPORT extern "C" __attribute__((visibility("default")))
-// pnccl* are NCCL's profiling aliases of the same functions.
-#define SHIM_ALIAS(name) SHIM_EXPORT decltype(name) p##name __attribute__((alias(#name)));
-
-#define START try {
-#define END                 \
-  }                         \
-  catch (...) {             \
-    return fromException(); \
-  }
 
 SHIM_EXPORT ncclResult_t ncclGetVersion(int* version) {
   START
@@ -215,11 +261,17 @@ SHIM_ALIAS(ncclGetErrorString)
 
 SHIM_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   if (tShimErrorIsLatest) return tShimError.c_str();
-  return chorusGetLastError(toChorus(comm));
+  return chorusGetLastError(comm && shim::known(comm) ? comm->c : nullptr);
 }
 SHIM_ALIAS(ncclGetLastError)
 
 // Deprecated in nccl.h; Chorus reads its environment once per process, so there is nothing to reload.
+// (2.30's nccl.h declares it only under NCCL_OS_LINUX, else makes it a macro; NVIDIA's library
+// exports it either way.)
+#ifdef ncclResetDebugInit
+#undef ncclResetDebugInit
+#undef pncclResetDebugInit
+#endif
 SHIM_EXPORT void ncclResetDebugInit() {}
 SHIM_EXPORT void pncclResetDebugInit() __attribute__((alias("ncclResetDebugInit")));
 
@@ -251,6 +303,7 @@ SHIM_ALIAS(ncclGetUniqueId)
 SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   START
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitRank: comm is NULL");
+  *comm = nullptr;
   if (tGroupDepth > 0)
     return refuse(
         ncclInvalidUsage,
@@ -260,11 +313,22 @@ SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniq
   std::memcpy(&id, &commId, sizeof id);
   chorusComm_t c = nullptr;
   const chorusResult_t r = chorusCommInitRank(&c, nranks, id, rank);
-  *comm = r == chorusSuccess ? toNccl(c) : nullptr;
+  if (r == chorusSuccess) *comm = shim::wrap(c);
   return fromChorus(r);
   END
 }
 SHIM_ALIAS(ncclCommInitRank)
+
+bool shim::configOk(const char* call, const ncclConfig_t* config, ncclResult_t* out) {
+  if (config == nullptr) return true;
+  // 0xcafebeef: NCCL_API_MAGIC (2.28's nccl.h does not name it).
+  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
+    *out = refuse(ncclInvalidArgument,
+                  std::string(call) + ": the config was not set from NCCL_CONFIG_INITIALIZER");
+    return false;
+  }
+  return true;
+}
 
 // Chorus initialises blocking whatever config->blocking says; a non-blocking caller polls
 // ncclCommGetAsyncError, which then reports ncclSuccess at once.
@@ -272,30 +336,15 @@ SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
                                                 ncclConfig_t* config) {
   START
   ncclResult_t out;
-  if (!configOk("ncclCommInitRankConfig", config, &out)) return out;
+  if (!shim::configOk("ncclCommInitRankConfig", config, &out)) return out;
   return ncclCommInitRank(comm, nranks, commId, rank);
   END
 }
 SHIM_ALIAS(ncclCommInitRankConfig)
 
-SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
-                                                  ncclUniqueId* commIds, ncclConfig_t* config) {
-  START
-  ncclResult_t out;
-  if (!configOk("ncclCommInitRankScalable", config, &out)) return out;
-  if (nId != 1 || commIds == nullptr)
-    return refuse(
-        ncclInvalidUsage,
-        "ncclCommInitRankScalable: Chorus takes exactly one unique id (nId = 1), got " + std::to_string(nId));
-  return ncclCommInitRank(newcomm, nranks, commIds[0], myrank);
-  END
-}
-SHIM_ALIAS(ncclCommInitRankScalable)
-
 SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   START
   if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
-  static_assert(sizeof(ncclComm_t) == sizeof(chorusComm_t), "handles have the same size");
   // NCCL's NULL devlist means devices 0..ndev-1: bound now where there is a GPU, so that one thread
   // can then drive every rank in a group. Without a GPU, host buffers.
   std::vector<int> devices;
@@ -304,7 +353,11 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* 
     for (int i = 0; i < ndev; ++i) devices.push_back(i);
     devlist = devices.data();
   }
-  return fromChorus(chorusCommInitAll(reinterpret_cast<chorusComm_t*>(comm), ndev, devlist));
+  std::vector<chorusComm_t> made(static_cast<size_t>(std::max(ndev, 0)));
+  const chorusResult_t r = chorusCommInitAll(made.data(), ndev, devlist);
+  if (r == chorusSuccess)
+    for (int i = 0; i < ndev; ++i) comm[i] = shim::wrap(made[static_cast<size_t>(i)]);
+  return fromChorus(r);
   END
 }
 SHIM_ALIAS(ncclCommInitAll)
@@ -312,44 +365,68 @@ SHIM_ALIAS(ncclCommInitAll)
 // Chorus's destroy waits for pending operations, so finalize has nothing to do first.
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   START
+  RESOLVE(comm, "ncclCommFinalize");
+  if (comm->revoked)
+    return refuse(ncclInvalidUsage, "ncclCommFinalize: rank " + std::to_string(comm->rank) +
+                                        ": the communicator was revoked (ncclCommRevoke); destroy it, or "
+                                        "shrink or split it first");
   int n;
-  return fromChorus(chorusCommCount(toChorus(comm), &n));
+  return fromChorus(chorusCommCount(cc, &n));
   END
 }
 SHIM_ALIAS(ncclCommFinalize)
 
+// Destroy and abort free the Chorus communicator (a suspended one has none); the handle stays.
+static ncclResult_t release(ncclComm_t comm, const char* call, bool abort) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  if (!shim::known(comm))
+    return refuse(ncclInvalidArgument, std::string(call) + ": not a communicator made by Chorus's libnccl");
+  if (comm->destroyed)
+    return refuse(ncclInvalidUsage,
+                  std::string(call) + ": the communicator was already destroyed or aborted");
+  comm->destroyed = true;
+  chorusComm_t c = comm->c;
+  comm->c = nullptr;
+  comm->windows = 0;
+  if (c == nullptr) return ncclSuccess;
+  return fromChorus(abort ? chorusCommAbort(c) : chorusCommDestroy(c));
+}
+
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   START
-  if (comm == nullptr) return ncclSuccess;  // as NCCL
-  return fromChorus(chorusCommDestroy(toChorus(comm)));
+  return release(comm, "ncclCommDestroy", false);
   END
 }
 SHIM_ALIAS(ncclCommDestroy)
 
 SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   START
-  if (comm == nullptr) return ncclSuccess;  // as NCCL
-  return fromChorus(chorusCommAbort(toChorus(comm)));
+  return release(comm, "ncclCommAbort", true);
   END
 }
 SHIM_ALIAS(ncclCommAbort)
 
-SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t, int) {
-  START
-  return unsupported("ncclCommRevoke");
-  END
-}
-SHIM_ALIAS(ncclCommRevoke)
-
+// Chorus's shrink works on a broken or revoked communicator (it rendezvous through the store);
+// split needs a working one, so a revoked communicator is first shrunk by nobody.
 SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   START
   ncclResult_t out;
-  if (!configOk("ncclCommSplit", config, &out)) return out;
+  if (!shim::configOk("ncclCommSplit", config, &out)) return out;
   if (!newcomm) return refuse(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+  *newcomm = nullptr;
+  RESOLVE(comm, "ncclCommSplit");
+  chorusComm_t parent = cc;
+  chorusComm_t fresh = nullptr;
+  if (comm->revoked) {
+    const chorusResult_t r = chorusCommShrink(cc, nullptr, 0, &fresh);
+    if (r != chorusSuccess) return fromChorus(r);
+    parent = fresh;
+  }
   chorusComm_t c = nullptr;
-  const chorusResult_t r = chorusCommSplit(toChorus(comm), color, key, &c);
-  *newcomm = r == chorusSuccess ? toNccl(c) : nullptr;
+  const chorusResult_t r = chorusCommSplit(parent, color, key, &c);
+  if (fresh) chorusCommDestroy(fresh);
+  if (r == chorusSuccess && c != nullptr) *newcomm = shim::wrap(c);
   return fromChorus(r);
   END
 }
@@ -359,34 +436,59 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   START
   ncclResult_t out;
-  if (!configOk("ncclCommShrink", config, &out)) return out;
+  if (!shim::configOk("ncclCommShrink", config, &out)) return out;
   if (!newcomm) return refuse(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
-  // NCCL_SHRINK_ABORT first stops the parent's pending operations: Chorus's shrink works on a broken
-  // communicator, so aborting first is not needed for it to complete.
+  *newcomm = nullptr;
   if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
     return refuse(ncclInvalidArgument, "ncclCommShrink: unknown flags " + std::to_string(shrinkFlags));
+  RESOLVE(comm, "ncclCommShrink");
+  // NCCL_SHRINK_ABORT: stop the parent's pending operations first (the error-recovery form: they
+  // may wait for the ranks being excluded). The parent stays revoked; it is destroyed as usual.
+  if (shrinkFlags == NCCL_SHRINK_ABORT && !comm->revoked) {
+    const chorusResult_t r = chorusCommRevoke(cc);
+    if (r != chorusSuccess) return fromChorus(r);
+    comm->revoked = true;
+  }
   chorusComm_t c = nullptr;
-  const chorusResult_t r = chorusCommShrink(toChorus(comm), excludeRanksList, excludeRanksCount, &c);
-  *newcomm = r == chorusSuccess ? toNccl(c) : nullptr;
+  const chorusResult_t r = chorusCommShrink(cc, excludeRanksList, excludeRanksCount, &c);
+  if (r == chorusSuccess) *newcomm = shim::wrap(c);
   return fromChorus(r);
   END
 }
 SHIM_ALIAS(ncclCommShrink)
 
+// A revoked communicator is quiescent as soon as the revoke returns (Chorus's pending operations
+// have failed by then): it reports ncclSuccess, as NCCL does once quiescent.
 SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   START
   if (!asyncError) return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  if (comm && shim::known(comm) && comm->suspended && !comm->destroyed) {
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+  }
+  RESOLVE(comm, "ncclCommGetAsyncError");
+  if (comm->revoked) {
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+  }
   chorusResult_t e = chorusSuccess;
-  const chorusResult_t r = chorusCommGetAsyncError(toChorus(comm), &e);
+  const chorusResult_t r = chorusCommGetAsyncError(cc, &e);
   *asyncError = fromChorus(e);
   return fromChorus(r);
   END
 }
 SHIM_ALIAS(ncclCommGetAsyncError)
 
+// Count and rank are the handle's, so they answer while suspended too.
 SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   START
-  return fromChorus(chorusCommCount(toChorus(comm), count));
+  if (!count) return refuse(ncclInvalidArgument, "ncclCommCount: count is NULL");
+  if (comm && shim::known(comm) && comm->suspended && !comm->destroyed) {
+    *count = comm->nranks;
+    return ncclSuccess;
+  }
+  RESOLVE(comm, "ncclCommCount");
+  return fromChorus(chorusCommCount(cc, count));
   END
 }
 SHIM_ALIAS(ncclCommCount)
@@ -395,14 +497,21 @@ SHIM_ALIAS(ncclCommCount)
 SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   START
   if (!device) return refuse(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-  return fromChorus(chorusCommCuDevice(toChorus(comm), device));
+  RESOLVE(comm, "ncclCommCuDevice");
+  return fromChorus(chorusCommCuDevice(cc, device));
   END
 }
 SHIM_ALIAS(ncclCommCuDevice)
 
 SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   START
-  return fromChorus(chorusCommUserRank(toChorus(comm), rank));
+  if (!rank) return refuse(ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
+  if (comm && shim::known(comm) && comm->suspended && !comm->destroyed) {
+    *rank = comm->rank;
+    return ncclSuccess;
+  }
+  RESOLVE(comm, "ncclCommUserRank");
+  return fromChorus(chorusCommUserRank(cc, rank));
   END
 }
 SHIM_ALIAS(ncclCommUserRank)
@@ -412,9 +521,7 @@ SHIM_ALIAS(ncclCommUserRank)
 SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   START
   if (!handle) return refuse(ncclInvalidArgument, "ncclCommRegister: handle is NULL");
-  int n;
-  const chorusResult_t r = chorusCommCount(toChorus(comm), &n);
-  if (r != chorusSuccess) return fromChorus(r);
+  RESOLVE(comm, "ncclCommRegister");
   ncclResult_t out;
   if (!hostOnly("ncclCommRegister", nullptr, buff, nullptr, &out)) return out;
   (void)size;
@@ -426,25 +533,12 @@ SHIM_ALIAS(ncclCommRegister)
 
 SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
   START
-  int n;
-  return fromChorus(chorusCommCount(toChorus(comm), &n));
+  RESOLVE(comm, "ncclCommDeregister");
+  (void)cc;
+  return ncclSuccess;
   END
 }
 SHIM_ALIAS(ncclCommDeregister)
-
-SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int) {
-  START
-  return unsupported("ncclCommWindowRegister");
-  END
-}
-SHIM_ALIAS(ncclCommWindowRegister)
-
-SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t) {
-  START
-  return unsupported("ncclCommWindowDeregister");
-  END
-}
-SHIM_ALIAS(ncclCommWindowDeregister)
 
 SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                                                   ncclComm_t) {
@@ -503,9 +597,10 @@ SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclAllReduce");
   CHECK_TYPE("ncclAllReduce");
   CHECK_OP("ncclAllReduce");
-  return fromChorus(chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), toChorus(comm),
+  return fromChorus(chorusAllReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), cc,
                                     streamFor(stream, sendbuff, recvbuff)));
   END
 }
@@ -515,9 +610,10 @@ SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclReduceScatter");
   CHECK_TYPE("ncclReduceScatter");
   CHECK_OP("ncclReduceScatter");
-  return fromChorus(chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), toChorus(comm),
+  return fromChorus(chorusReduceScatter(sendbuff, recvbuff, recvcount, CT(datatype), CO(op), cc,
                                         streamFor(stream, sendbuff, recvbuff)));
   END
 }
@@ -526,8 +622,9 @@ SHIM_ALIAS(ncclReduceScatter)
 SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclAllGather");
   CHECK_TYPE("ncclAllGather");
-  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), toChorus(comm),
+  return fromChorus(chorusAllGather(sendbuff, recvbuff, sendcount, CT(datatype), cc,
                                     streamFor(stream, sendbuff, recvbuff)));
   END
 }
@@ -537,8 +634,9 @@ SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclBroadcast");
   CHECK_TYPE("ncclBroadcast");
-  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, toChorus(comm),
+  return fromChorus(chorusBroadcast(sendbuff, recvbuff, count, CT(datatype), root, cc,
                                     streamFor(stream, sendbuff, recvbuff)));
   END
 }
@@ -547,9 +645,10 @@ SHIM_ALIAS(ncclBroadcast)
 SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                    ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclBcast");
   CHECK_TYPE("ncclBcast");
-  return fromChorus(chorusBroadcast(buff, buff, count, CT(datatype), root, toChorus(comm),
-                                    streamFor(stream, buff, nullptr)));
+  return fromChorus(
+      chorusBroadcast(buff, buff, count, CT(datatype), root, cc, streamFor(stream, buff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclBcast)
@@ -558,9 +657,10 @@ SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
                                     ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclReduce");
   CHECK_TYPE("ncclReduce");
   CHECK_OP("ncclReduce");
-  return fromChorus(chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, toChorus(comm),
+  return fromChorus(chorusReduce(sendbuff, recvbuff, count, CT(datatype), CO(op), root, cc,
                                  streamFor(stream, sendbuff, recvbuff)));
   END
 }
@@ -569,9 +669,10 @@ SHIM_ALIAS(ncclReduce)
 SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclAlltoAll");
   CHECK_TYPE("ncclAlltoAll");
-  return fromChorus(chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), toChorus(comm),
-                                   streamFor(stream, sendbuff, recvbuff)));
+  return fromChorus(
+      chorusAllToAll(sendbuff, recvbuff, count, CT(datatype), cc, streamFor(stream, sendbuff, recvbuff)));
   END
 }
 SHIM_ALIAS(ncclAlltoAll)
@@ -579,9 +680,10 @@ SHIM_ALIAS(ncclAlltoAll)
 SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclSend");
   CHECK_TYPE("ncclSend");
   return fromChorus(
-      chorusSend(sendbuff, count, CT(datatype), peer, toChorus(comm), streamFor(stream, sendbuff, nullptr)));
+      chorusSend(sendbuff, count, CT(datatype), peer, cc, streamFor(stream, sendbuff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclSend)
@@ -589,9 +691,10 @@ SHIM_ALIAS(ncclSend)
 SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclRecv");
   CHECK_TYPE("ncclRecv");
   return fromChorus(
-      chorusRecv(recvbuff, count, CT(datatype), peer, toChorus(comm), streamFor(stream, recvbuff, nullptr)));
+      chorusRecv(recvbuff, count, CT(datatype), peer, cc, streamFor(stream, recvbuff, nullptr)));
   END
 }
 SHIM_ALIAS(ncclRecv)
@@ -625,10 +728,10 @@ SHIM_ALIAS(ncclGroupEnd)
 // caller's outermost group has run. `many` is the root's buffer of n blocks (gather's recvbuff,
 // scatter's sendbuff), `one` every rank's own block (gather's sendbuff, scatter's recvbuff).
 static ncclResult_t rooted(const char* call, bool toRoot, void* one, void* many, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm) {
+                           ncclDataType_t datatype, int root, chorusComm_t cc) {
   int rank = 0, n = 0;
-  chorusResult_t r = chorusCommUserRank(toChorus(comm), &rank);
-  if (r == chorusSuccess) r = chorusCommCount(toChorus(comm), &n);
+  chorusResult_t r = chorusCommUserRank(cc, &rank);
+  if (r == chorusSuccess) r = chorusCommCount(cc, &n);
   if (r != chorusSuccess) return fromChorus(r);
   if (root < 0 || root >= n)
     return refuse(ncclInvalidArgument, std::string(call) + ": root " + std::to_string(root) + " of " +
@@ -642,12 +745,12 @@ static ncclResult_t rooted(const char* call, bool toRoot, void* one, void* many,
   if (rank == root) {
     for (int p = 0; p < n && first == chorusSuccess; ++p) {
       if (p == rank) continue;
-      first = toRoot ? chorusRecv(blocks + p * bytes, count, CT(datatype), p, toChorus(comm), nullptr)
-                     : chorusSend(blocks + p * bytes, count, CT(datatype), p, toChorus(comm), nullptr);
+      first = toRoot ? chorusRecv(blocks + p * bytes, count, CT(datatype), p, cc, nullptr)
+                     : chorusSend(blocks + p * bytes, count, CT(datatype), p, cc, nullptr);
     }
   } else {
-    first = toRoot ? chorusSend(one, count, CT(datatype), root, toChorus(comm), nullptr)
-                   : chorusRecv(one, count, CT(datatype), root, toChorus(comm), nullptr);
+    first = toRoot ? chorusSend(one, count, CT(datatype), root, cc, nullptr)
+                   : chorusRecv(one, count, CT(datatype), root, cc, nullptr);
   }
   const chorusResult_t end = chorusGroupEnd();
   if (first != chorusSuccess) return fromChorus(first);
@@ -665,8 +768,9 @@ static ncclResult_t rooted(const char* call, bool toRoot, void* one, void* many,
 SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclGather");
   CHECK_HOST("ncclGather", stream, sendbuff, recvbuff);
-  return rooted("ncclGather", true, const_cast<void*>(sendbuff), recvbuff, count, datatype, root, comm);
+  return rooted("ncclGather", true, const_cast<void*>(sendbuff), recvbuff, count, datatype, root, cc);
   END
 }
 SHIM_ALIAS(ncclGather)
@@ -676,8 +780,9 @@ SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
   START
+  RESOLVE(comm, "ncclScatter");
   CHECK_HOST("ncclScatter", stream, sendbuff, recvbuff);
-  return rooted("ncclScatter", false, recvbuff, const_cast<void*>(sendbuff), count, datatype, root, comm);
+  return rooted("ncclScatter", false, recvbuff, const_cast<void*>(sendbuff), count, datatype, root, cc);
   END
 }
 SHIM_ALIAS(ncclScatter)

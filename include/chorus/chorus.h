@@ -177,6 +177,55 @@ CHORUS_API chorusResult_t chorusCommUserRank(const chorusComm_t comm, int* rank)
  *  no CUDA device is usable (or in a build without CUDA). */
 CHORUS_API chorusResult_t chorusCommCuDevice(const chorusComm_t comm, int* device);
 
+/** Bytes of memory the communicator holds: shared-memory segments, network buffers and scratch
+ *  (what chorus-info reports as memory per rank). */
+CHORUS_API chorusResult_t chorusCommMemoryBytes(const chorusComm_t comm, size_t* bytes);
+
+/** The ranks of `comm` on this host: how many (*count) and this rank's index among them (*index),
+ *  ranks of a host numbered in rank order. */
+CHORUS_API chorusResult_t chorusCommLocalRanks(const chorusComm_t comm, int* count, int* index);
+
+/** Stops every pending operation on `comm` (they fail with chorusRemoteError) and tells the peers,
+ *  like chorusCommAbort, but keeps the handle: later operations fail at once, while
+ *  chorusCommShrink (with no ranks excluded, or the failed ones) still forms a working
+ *  communicator from it. Free it with chorusCommDestroy. Not collective. */
+CHORUS_API chorusResult_t chorusCommRevoke(chorusComm_t comm);
+
+/** The effective value of the setting `name` (a CHORUS_* variable of docs/configuration.md, e.g.
+ *  "CHORUS_TIMEOUT") as text, after parsing: the default where the variable is unset (a malformed
+ *  value reads as the default too; creating a communicator then fails naming it). *value stays valid until
+ * the next call on this thread. Unknown name: chorusInvalidArgument. */
+CHORUS_API chorusResult_t chorusConfigGet(const char* name, const char** value);
+
+/* ---- One-sided transfers over windows (ncclPutSignal's counterpart), between the ranks of one
+ * host. A window is every rank's buffer of one registration; a rank writes into a peer's buffer
+ * and raises one of the peer's signals, which the peer waits for. ------------------------------ */
+
+typedef struct chorusWindow* chorusWindow_t;
+/** Signal slots per source rank: chorusPutSignal's and chorusWaitSignal's `signal` is below this. */
+#define CHORUS_SIGNALS 256
+
+/** Registers [buff, buff + size) of every rank as one window. Collective over `comm`, whose ranks
+ *  must all be on this host; each rank's buffer must lie in memory from chorusMemAlloc (size may
+ *  differ between ranks, 0 allowed). A rank whose buffer is not such fails every rank with a
+ *  message naming it. */
+CHORUS_API chorusResult_t chorusWindowRegister(chorusComm_t comm, void* buff, size_t size,
+                                               chorusWindow_t* win);
+/** Frees the window. Collective (a barrier first: no peer still writes into this rank's buffer). */
+CHORUS_API chorusResult_t chorusWindowDeregister(chorusComm_t comm, chorusWindow_t win);
+/** Rank `peer`'s buffer of the window as mapped into this process, and its size (peer may be this
+ *  rank: its own buffer). Valid until the window is deregistered. */
+CHORUS_API chorusResult_t chorusWindowPeerPointer(chorusWindow_t win, int peer, void** ptr, size_t* size);
+/** Copies `bytes` from `src` into rank `peer`'s window buffer at `offset`, then raises signal
+ *  `signal` of that peer for this rank (signal -1: none). win may be NULL when bytes is 0 (a signal
+ *  alone). Returns once the data is written; the peer sees it after its chorusWaitSignal. */
+CHORUS_API chorusResult_t chorusPutSignal(const void* src, size_t bytes, int peer, chorusWindow_t win,
+                                          size_t offset, int signal, chorusComm_t comm);
+/** Waits until rank `peer` has raised signal `signal` of this rank `count` more times than earlier
+ *  waits consumed, and consumes them. Times out after the communicator's timeout, naming the peer;
+ *  fails at once when the peer dies. Signals exist from the communicator's first window on. */
+CHORUS_API chorusResult_t chorusWaitSignal(int peer, int signal, uint64_t count, chorusComm_t comm);
+
 /* ---- Collectives. `stream`: NULL for host buffers, a cudaStream_t for device buffers. ------ */
 
 /** recvbuff[i] = op over ranks of sendbuff[i], count elements. In place when sendbuff == recvbuff. */

@@ -12,10 +12,13 @@
 #include "core/device.hpp"
 #include "core/error.hpp"
 #include "core/group.hpp"
+#include "core/window.hpp"
+#include "topology/comm_topology.hpp"
 #include "transports/shm/shm_memory.hpp"
 
 struct chorusComm {
-  std::shared_ptr<chorus::CommImpl> impl;  // null once destroyed (the handle stays as a tombstone)
+  std::shared_ptr<chorus::CommImpl> impl;             // null once destroyed (the handle stays as a tombstone)
+  std::shared_ptr<chorus::onesided::State> oneSided;  // signals and windows, from the first window
 };
 
 namespace chorus {
@@ -83,6 +86,11 @@ void dispatch(std::shared_ptr<CommImpl> impl, void* stream, Op op) {
     device::enqueue(impl, std::move(op), stream);
   else
     api::runBlocking(impl, std::move(op));
+}
+
+std::shared_ptr<onesided::State> oneSidedOf(const chorusComm* comm) {
+  std::lock_guard lk(gHandlesMu);
+  return comm->oneSided;
 }
 
 chorusResult_t collective(chorusComm_t comm, void* stream, const char* call, Op op) {
@@ -222,6 +230,7 @@ chorusResult_t chorusCommDestroy(chorusComm_t comm) {
   return guarded(comm, [&] {
     std::shared_ptr<CommImpl> impl = lookup(comm, "chorusCommDestroy");
     std::lock_guard lk(gHandlesMu);
+    onesided::release(comm->oneSided);
     comm->impl.reset();
   });
 }
@@ -231,7 +240,76 @@ chorusResult_t chorusCommAbort(chorusComm_t comm) {
     std::shared_ptr<CommImpl> impl = lookup(comm, "chorusCommAbort");
     impl->abort();
     std::lock_guard lk(gHandlesMu);
+    onesided::release(comm->oneSided);
     comm->impl.reset();
+  });
+}
+
+chorusResult_t chorusCommRevoke(chorusComm_t comm) {
+  return guarded(comm, [&] { lookup(comm, "chorusCommRevoke")->abort(); });
+}
+
+chorusResult_t chorusCommMemoryBytes(const chorusComm_t comm, size_t* bytes) {
+  return guarded(comm, [&] {
+    if (!bytes) failInvalid("chorusCommMemoryBytes: bytes is NULL");
+    *bytes = lookup(comm, "chorusCommMemoryBytes")->memoryBytes();
+  });
+}
+
+chorusResult_t chorusCommLocalRanks(const chorusComm_t comm, int* count, int* index) {
+  return guarded(comm, [&] {
+    if (!count || !index) failInvalid("chorusCommLocalRanks: count or index is NULL");
+    auto impl = lookup(comm, "chorusCommLocalRanks");
+    const topo::CommTopology& t = impl->topology();
+    *count = t.localSize(impl->rank());
+    *index = t.ranks[static_cast<size_t>(impl->rank())].localRank;
+  });
+}
+
+chorusResult_t chorusWindowRegister(chorusComm_t comm, void* buff, size_t size, chorusWindow_t* win) {
+  return guarded(comm, [&] {
+    if (!win) failInvalid("chorusWindowRegister: win is NULL");
+    *win = nullptr;
+    auto impl = lookup(comm, "chorusWindowRegister");
+    std::shared_ptr<onesided::State> state = oneSidedOf(comm);
+    *win = onesided::registerWindow(impl, state, buff, size);
+    std::lock_guard lk(gHandlesMu);
+    comm->oneSided = state;
+  });
+}
+
+chorusResult_t chorusWindowDeregister(chorusComm_t comm, chorusWindow_t win) {
+  return guarded(comm, [&] {
+    auto impl = lookup(comm, "chorusWindowDeregister");
+    onesided::deregisterWindow(impl, oneSidedOf(comm).get(), win);
+  });
+}
+
+chorusResult_t chorusWindowPeerPointer(chorusWindow_t win, int peer, void** ptr, size_t* size) {
+  return guarded(nullptr, [&] { onesided::peerPointer(win, peer, ptr, size); });
+}
+
+chorusResult_t chorusPutSignal(const void* src, size_t bytes, int peer, chorusWindow_t win, size_t offset,
+                               int signal, chorusComm_t comm) {
+  return guarded(comm, [&] {
+    auto impl = lookup(comm, "chorusPutSignal");
+    onesided::putSignal(*impl, oneSidedOf(comm).get(), src, bytes, peer, win, offset, signal);
+  });
+}
+
+chorusResult_t chorusWaitSignal(int peer, int signal, uint64_t count, chorusComm_t comm) {
+  return guarded(comm, [&] {
+    auto impl = lookup(comm, "chorusWaitSignal");
+    onesided::waitSignal(*impl, oneSidedOf(comm).get(), peer, signal, count);
+  });
+}
+
+chorusResult_t chorusConfigGet(const char* name, const char** value) {
+  return guarded(nullptr, [&] {
+    if (!name || !value) failInvalid("chorusConfigGet: name or value is NULL");
+    thread_local std::string text;
+    text = configValue(name);
+    *value = text.c_str();
   });
 }
 

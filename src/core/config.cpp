@@ -265,6 +265,56 @@ const EnvConfig& envConfig() {
   return config;
 }
 
+std::string configValue(const std::string& name) {
+  const EnvConfig& c = envConfig();
+  auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
+  auto num = [](auto v) { return std::to_string(v); };
+  if (name == "CHORUS_DEBUG") {
+    switch (c.logLevel) {
+      case LogLevel::None:
+        return "NONE";
+      case LogLevel::Warn:
+        return "WARN";
+      case LogLevel::Info:
+        return "INFO";
+      case LogLevel::Trace:
+        return "TRACE";
+    }
+  }
+  if (name == "CHORUS_DEBUG_SUBSYS") {
+    if (c.logSubsystems == kAllSubsystems) return "ALL";
+    std::string out;
+    for (unsigned bit = 1; bit & kAllSubsystems; bit <<= 1)
+      if (c.logSubsystems & bit) out += strCat(out.empty() ? "" : ",", subsysName(static_cast<Subsys>(bit)));
+    return out;
+  }
+  if (name == "CHORUS_TIMEOUT") return strCat(static_cast<double>(c.timeout.count()) / 1000.0);
+  if (name == "CHORUS_ALGO") return c.algo;
+  if (name == "CHORUS_SHM_STAGE_BYTES") return num(c.shmStageBytes);
+  if (name == "CHORUS_SHM_FIFO_BYTES") return num(c.shmFifoBytes);
+  if (name == "CHORUS_CHECK") return flag(c.checkCalls);
+  if (name == "CHORUS_NT_STORE_BYTES") return num(c.ntStoreBytes);
+  if (name == "CHORUS_ZERO_COPY") return flag(c.zeroCopy);
+  if (name == "CHORUS_VIRTUAL_HOSTS") return num(c.virtualHosts);
+  if (name == "CHORUS_NET") return c.net;
+  if (name == "CHORUS_SOCKET_IFNAME") return c.socketIfname;
+  if (name == "CHORUS_SOCKET_FAMILY") return c.socketFamily;
+  if (name == "CHORUS_SOCKET_NSTREAMS") return num(c.socketStreams);
+  if (name == "CHORUS_SOCKET_CHECKSUM") return flag(c.socketChecksum);
+  if (name == "CHORUS_SOCKET_BUFFER_BYTES") return num(c.socketBufferBytes);
+  if (name == "CHORUS_IB_HCA") return c.ibHca;
+  if (name == "CHORUS_IB_PORT") return num(c.ibPort);
+  if (name == "CHORUS_IB_GID_INDEX") return num(c.ibGidIndex);
+  if (name == "CHORUS_CUDA_STAGE_BYTES") return num(c.cudaStageBytes);
+  if (name == "CHORUS_CUDA_LL_BYTES") return num(c.cudaLlBytes);
+  if (name == "CHORUS_CUDA_P2P_CHUNK_BYTES") return num(c.cudaP2pChunkBytes);
+  if (name == "CHORUS_CUDA_IPC") return flag(c.cudaIpc);
+  if (name == "CHORUS_CUDA_SHARED_GPU") return c.cudaSharedGpuIpc ? "ipc" : "staged";
+  if (name == "CHORUS_FLIGHT_RECORDER") return c.flightRecorderPath;
+  if (name == "CHORUS_FLIGHT_RECORDER_ENTRIES") return num(c.flightRecorderEntries);
+  failInvalid("chorusConfigGet: '", name, "' is not a Chorus setting (docs/configuration.md)");
+}
+
 Config resolveConfig(const Config& user) {
   const EnvConfig& env = envConfig();
   if (!env.parseError.empty()) failInvalid(env.parseError);

@@ -57,6 +57,9 @@ struct EnvConfig {
 /// The environment as read on first use (thread-safe).
 const EnvConfig& envConfig();
 
+/// The effective value of the CHORUS_* setting `name` as text (chorusConfigGet); throws
+/// chorusInvalidArgument for a name that is not a setting of EnvConfig.
+std::string configValue(const std::string& name);
 /// Parses "4096", "64k", "4M", "1G" (powers of 1024; "inf" gives SIZE_MAX). std::nullopt if malformed.
 std::optional<size_t> parseByteSize(const std::string& text);
 
