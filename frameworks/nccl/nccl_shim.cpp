@@ -61,6 +61,11 @@ std::unordered_set<const ncclComm*>& comms() {
 // otherwise be read by the CPU. Without CUDA (or without a GPU) every pointer is host memory.
 using PointerAttrFn = cudaError_t (*)(cudaPointerAttributes*, const void*);
 std::atomic<PointerAttrFn> gPointerAttr{nullptr};
+// cudaMalloc / cudaFree, for ncclMemAlloc where there is a GPU (set with gPointerAttr).
+using MallocFn = cudaError_t (*)(void**, size_t);
+using FreeFn = cudaError_t (*)(void*);
+std::atomic<MallocFn> gCudaMalloc{nullptr};
+std::atomic<FreeFn> gCudaFree{nullptr};
 std::once_flag gCudaOnce;
 
 void loadCuda() {
@@ -70,7 +75,11 @@ void loadCuda() {
       int (*count)(int*) = reinterpret_cast<int (*)(int*)>(dlsym(h, "cudaGetDeviceCount"));
       int devices = 0;
       // No usable GPU: nothing can be a device pointer, so skip the per-call check.
-      if (fn && count && count(&devices) == 0 && devices > 0) gPointerAttr.store(fn);
+      if (fn && count && count(&devices) == 0 && devices > 0) {
+        gCudaMalloc.store(reinterpret_cast<MallocFn>(dlsym(h, "cudaMalloc")));
+        gCudaFree.store(reinterpret_cast<FreeFn>(dlsym(h, "cudaFree")));
+        gPointerAttr.store(fn);
+      }
       return;
     }
   }
@@ -275,8 +284,20 @@ SHIM_ALIAS(ncclGetLastError)
 SHIM_EXPORT void ncclResetDebugInit() {}
 SHIM_EXPORT void pncclResetDebugInit() __attribute__((alias("ncclResetDebugInit")));
 
+// Device memory where a GPU is usable (NCCL's ncclMemAlloc is GPU memory, and callers such as
+// torch's NCCL memory pool hand it to kernels); host memory the other ranks of the host map in
+// place (chorusMemAlloc, which windows need) where there is none.
 SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   START
+  if (!ptr) return refuse(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  std::call_once(gCudaOnce, loadCuda);
+  if (MallocFn cudaAlloc = gCudaMalloc.load(); cudaAlloc && gPointerAttr.load()) {
+    *ptr = nullptr;
+    if (cudaAlloc(ptr, size) != cudaSuccess)
+      return refuse(ncclUnhandledCudaError,
+                    "ncclMemAlloc: cudaMalloc of " + std::to_string(size) + " bytes failed");
+    return ncclSuccess;
+  }
   return fromChorus(chorusMemAlloc(ptr, size));
   END
 }
@@ -284,6 +305,12 @@ SHIM_ALIAS(ncclMemAlloc)
 
 SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
   START
+  if (ptr && isDeviceMemory(ptr)) {
+    FreeFn cudaRelease = gCudaFree.load();
+    if (!cudaRelease || cudaRelease(ptr) != cudaSuccess)
+      return refuse(ncclUnhandledCudaError, "ncclMemFree: cudaFree failed");
+    return ncclSuccess;
+  }
   return fromChorus(chorusMemFree(ptr));
   END
 }

@@ -1,7 +1,9 @@
 // One-sided transfers over windows: see core/window.hpp.
 #include "core/window.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -73,6 +75,8 @@ class State {
     table_ = static_cast<uint64_t*>(transport::sharedAlloc(tableBytes()));
   }
   ~State() {
+    for (int fd : pidfds_)
+      if (fd >= 0) close(fd);
     for (chorusWindow* w : windows_) {
       std::lock_guard lk(gWindowsMu);
       liveWindows().erase(w);
@@ -92,9 +96,14 @@ class State {
   void connect(const std::vector<Entry>& all) {
     peerTables_.resize(all.size());
     pids_.resize(all.size());
+    pidfds_.assign(all.size(), -1);
     for (size_t r = 0; r < all.size(); ++r) {
       peerTables_[r] = reinterpret_cast<uint64_t*>(tableMappings_.map(all[r].signals, static_cast<int>(r)));
       pids_[r] = all[r].pid;
+#ifdef SYS_pidfd_open
+      // Readable once the process has ended, zombie or not (kill(pid, 0) still finds a zombie).
+      if (all[r].pid != getpid()) pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, all[r].pid, 0));
+#endif
     }
     connected_ = true;
   }
@@ -125,7 +134,14 @@ class State {
   uint64_t& consumed(int peer, int signal) { return consumed_[slotOf(peer, signal)]; }
   bool peerDied(int peer) const {
     const int32_t pid = pids_[static_cast<size_t>(peer)];
-    return pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+    if (pid == getpid()) return false;
+    if (const int fd = pidfds_[static_cast<size_t>(peer)]; fd >= 0) {
+      struct pollfd p {
+        fd, POLLIN, 0
+      };
+      return poll(&p, 1, 0) > 0;
+    }
+    return kill(pid, 0) != 0 && errno == ESRCH;
   }
   int32_t pid(int peer) const { return pids_[static_cast<size_t>(peer)]; }
 
@@ -140,6 +156,7 @@ class State {
   transport::PeerMappings tableMappings_{SIZE_MAX};
   std::vector<uint64_t*> peerTables_;
   std::vector<int32_t> pids_;
+  std::vector<int> pidfds_;  // of peers in other processes, -1 where pidfd_open is not available
   bool connected_ = false;
   std::vector<chorusWindow*> windows_;
   int nextId_ = 0;

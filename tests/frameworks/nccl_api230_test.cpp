@@ -291,12 +291,25 @@ void suspendResume(ncclComm_t comm) {
   CHECK(held > 0 && shmResidentBytes() > 0, "resumed: held %llu", static_cast<unsigned long long>(held));
 }
 
-// Rank 3 dies; the others see it, then shrink without it (NCCL_SHRINK_ABORT: the error-recovery form).
+// Rank 3 dies; the others see it in a wait for its signal and in a collective, then shrink without
+// it (NCCL_SHRINK_ABORT: the error-recovery form).
 void shrinkAfterKill(ncclComm_t comm) {
+  void* buf = nullptr;
+  NCCL_OK(ncclMemAlloc(&buf, 4096));
+  ncclWindow_t win = nullptr;
+  NCCL_OK(ncclCommWindowRegister(comm, buf, 4096, &win, 0));
   int64_t one = 1, out = 0;
   NCCL_OK(ncclAllReduce(&one, &out, 1, ncclInt64, ncclSum, comm, nullptr));
   if (gRank == 3) raise(SIGKILL);
-  const ncclResult_t r = ncclAllReduce(&one, &out, 1, ncclInt64, ncclSum, comm, nullptr);
+  ncclWaitSignalDesc_t fromDead{1, 3, 0, 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t r = ncclWaitSignal(1, &fromDead, comm, nullptr);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r == ncclRemoteError && has(lastError(), "rank 3 (pid") && has(lastError(), "died") && ms < 5000,
+        "wait for a dead rank's signal: %d after %lld ms: %s", static_cast<int>(r),
+        static_cast<long long>(ms), lastError().c_str());
+  r = ncclAllReduce(&one, &out, 1, ncclInt64, ncclSum, comm, nullptr);
   CHECK(r == ncclRemoteError && has(lastError(), "rank 3"), "allreduce after the kill: %d %s",
         static_cast<int>(r), lastError().c_str());
   int exclude = 3;
@@ -308,7 +321,8 @@ void shrinkAfterKill(ncclComm_t comm) {
   CHECK(rank == gRank && count == 3 && sumOfRanks(comm3, gRank + 1) == 6, "shrunk: rank %d of %d", rank,
         count);
   NCCL_OK(ncclCommDestroy(comm3));
-  NCCL_OK(ncclCommDestroy(comm));
+  NCCL_OK(ncclCommDestroy(comm));  // frees the window too
+  NCCL_OK(ncclMemFree(buf));
 }
 
 int rankMain(int rank, Mailbox* box) {
