@@ -197,7 +197,6 @@ SHIM_EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
     if (r != chorusSuccess) return fromChorus(r);
   }
   comm->suspended = true;
-  ++comm->suspends;
   return ncclSuccess;
   END
 }

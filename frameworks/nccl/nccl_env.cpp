@@ -27,7 +27,8 @@ using Translate = std::function<std::optional<std::string>(const std::string&)>;
 struct Mapping {
   const char* nccl;
   const char* chorus;
-  Translate translate;  // nullopt: the value has no Chorus counterpart (ignored, with a warning)
+  // nullopt: the value has no Chorus counterpart (ignored, with a warning); "": nothing to change.
+  Translate translate;
 };
 
 std::string upper(std::string s) {
@@ -118,7 +119,7 @@ std::optional<std::string> proto(const std::string& v) {
   for (const std::string& p : splitList(excludes ? u.substr(1) : u, ','))
     if (p == "LL") hasLL = true;
   if (excludes == hasLL) return "0";
-  return std::nullopt;
+  return "";  // LL allowed: Chorus's choice stands
 }
 
 // "mlx5_0:1,mlx5_1" or "=mlx5_0": Chorus takes one device (prefix) and port: the first listed.
@@ -190,7 +191,7 @@ __attribute__((constructor)) void applyNcclEnvironment() {
                      m.nccl, v);
       continue;
     }
-    if (std::getenv(m.chorus) == nullptr) setenv(m.chorus, t->c_str(), 0);
+    if (!t->empty() && std::getenv(m.chorus) == nullptr) setenv(m.chorus, t->c_str(), 0);
   }
 }
 

@@ -18,11 +18,10 @@ struct ncclComm {
   bool destroyed = false;
   bool suspended = false;
   bool revoked = false;
-  chorusUniqueId resumeId{};        // made by rank 0 at suspend, the rendezvous of the resume
-  bool growIdPending = false;       // ncclCommGetUniqueId made an id not yet consumed by a grow
-  chorusUniqueId growId{};          //
-  int windows = 0;                  // registered windows (suspend refuses while any is)
-  unsigned long long suspends = 0;  // for messages
+  chorusUniqueId resumeId{};   // made by rank 0 at suspend, the rendezvous of the resume
+  bool growIdPending = false;  // ncclCommGetUniqueId made an id not yet consumed by a grow
+  chorusUniqueId growId{};     //
+  int windows = 0;             // registered windows (suspend refuses while any is)
 };
 
 namespace shim {
