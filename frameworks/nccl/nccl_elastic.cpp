@@ -12,8 +12,6 @@ using shim::refuse;
 
 namespace {
 
-std::string rankText(const ncclComm* comm) { return "rank " + std::to_string(comm->rank); }
-
 // FNV-1a over the ids, to compare the lists of every rank.
 uint64_t fingerprint(const ncclUniqueId* ids, int n) {
   uint64_t h = 1469598103934665603ull;
@@ -77,6 +75,10 @@ SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 SHIM_ALIAS(ncclCommRevoke)
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+
+namespace {
+std::string rankText(const ncclComm* comm) { return "rank " + std::to_string(comm->rank); }
+}  // namespace
 
 SHIM_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
   START

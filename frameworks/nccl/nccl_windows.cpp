@@ -46,30 +46,6 @@ Window* lookup(ncclWindow_t handle, const char* call, ncclResult_t* err) {
   return w;
 }
 
-bool hostCall(const char* call, cudaStream_t stream, const void* buff, ncclResult_t* out) {
-  if (stream == nullptr && !shim::isDeviceMemory(buff)) return true;
-  *out = refuse(ncclInvalidUsage, std::string(call) +
-                                      ": Chorus's libnccl runs one-sided calls on host memory with a NULL "
-                                      "stream; device windows (over CUDA IPC) are not built");
-  return false;
-}
-
-// NCCL's (sigIdx, ctx) as one of Chorus's CHORUS_SIGNALS slots.
-constexpr int kSignalsPerCtx = 64;
-constexpr int kContexts = CHORUS_SIGNALS / kSignalsPerCtx;
-
-bool signalOf(const char* call, int sigIdx, int ctx, int* out, ncclResult_t* err) {
-  if (sigIdx < 0 || sigIdx >= kSignalsPerCtx || ctx < 0 || ctx >= kContexts) {
-    *err = refuse(ncclInvalidArgument, std::string(call) + ": sigIdx " + std::to_string(sigIdx) +
-                                           " and ctx " + std::to_string(ctx) + " must be in [0, " +
-                                           std::to_string(kSignalsPerCtx) + ") and [0, " +
-                                           std::to_string(kContexts) + ")");
-    return false;
-  }
-  *out = ctx * kSignalsPerCtx + sigIdx;
-  return true;
-}
-
 }  // namespace
 
 ncclResult_t shim::windowPointer(const char* call, ncclWindow_t handle, size_t offset, int peer, void** out) {
@@ -141,6 +117,34 @@ SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t 
 SHIM_ALIAS(ncclCommWindowDeregister)
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+
+namespace {
+
+bool hostCall(const char* call, cudaStream_t stream, const void* buff, ncclResult_t* out) {
+  if (stream == nullptr && !shim::isDeviceMemory(buff)) return true;
+  *out = refuse(ncclInvalidUsage, std::string(call) +
+                                      ": Chorus's libnccl runs one-sided calls on host memory with a NULL "
+                                      "stream; device windows (over CUDA IPC) are not built");
+  return false;
+}
+
+// NCCL's (sigIdx, ctx) as one of Chorus's CHORUS_SIGNALS slots.
+constexpr int kSignalsPerCtx = 64;
+constexpr int kContexts = CHORUS_SIGNALS / kSignalsPerCtx;
+
+bool signalOf(const char* call, int sigIdx, int ctx, int* out, ncclResult_t* err) {
+  if (sigIdx < 0 || sigIdx >= kSignalsPerCtx || ctx < 0 || ctx >= kContexts) {
+    *err = refuse(ncclInvalidArgument, std::string(call) + ": sigIdx " + std::to_string(sigIdx) +
+                                           " and ctx " + std::to_string(ctx) + " must be in [0, " +
+                                           std::to_string(kSignalsPerCtx) + ") and [0, " +
+                                           std::to_string(kContexts) + ")");
+    return false;
+  }
+  *out = ctx * kSignalsPerCtx + sigIdx;
+  return true;
+}
+
+}  // namespace
 
 SHIM_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
   START
