@@ -226,6 +226,18 @@ void deviceApi(ncclComm_t comm) {
   ncclDevResourceRequirements_t res;
   REFUSED(ncclLsaBarrierCreateRequirement(ncclTeamWorld(comm), 1, &bar, &res), ncclInvalidUsage,
           "ncclLsaBarrierCreateRequirement");
+  ncclGinBarrierHandle_t gin;
+  REFUSED(ncclGinBarrierCreateRequirement(comm, ncclTeamWorld(comm), 1, &gin, &res), ncclInvalidUsage,
+          "ncclGinBarrierCreateRequirement: NCCL's device API");
+  ncclLLA2AHandle_t a2a;
+  REFUSED(ncclLLA2ACreateRequirement(1, 1, &a2a, &res), ncclInvalidUsage, "ncclLLA2ACreateRequirement");
+  CHECK(ncclLLA2ACalcSlots(1024, 8) == 0 && has(lastError(), "ncclLLA2ACalcSlots"), "ncclLLA2ACalcSlots: %s",
+        lastError().c_str());
+  void* mm = nullptr;
+  REFUSED(ncclGetMultimemDevicePointer(nullptr, 0, ncclMultimemHandle_t{}, &mm), ncclInvalidUsage,
+          "multimem");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  REFUSED(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "ncclGroupSimulateEnd is not supported");
   const ncclTeam_t world = ncclTeamWorld(comm), lsa = ncclTeamLsa(comm), rail = ncclTeamRail(comm);
   CHECK(world.nRanks == 4 && world.rank == gRank && world.stride == 1, "world team");
   CHECK(lsa.nRanks == 4 && lsa.rank == gRank && lsa.stride == 1, "LSA team");
@@ -426,6 +438,23 @@ int params() {
     sawAlgo = sawAlgo || std::string(keys[i]) == "NCCL_ALGO";
   }
   CHECK(n >= 10 && sawDebug && sawAlgo, "%d keys", n);
+  // ncclParamDumpAll writes to stderr: caught in a file.
+  char path[] = "/tmp/nccl_param_dump_XXXXXX";
+  const int fd = mkstemp(path);
+  const int saved = dup(2);
+  std::fflush(stderr);
+  dup2(fd, 2);
+  ncclParamDumpAll();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::ifstream dumped(path);
+  std::stringstream text;
+  text << dumped.rdbuf();
+  std::remove(path);
+  CHECK(has(text.str(), "NCCL_DEBUG=INFO (CHORUS_DEBUG)") && has(text.str(), "NCCL_BUFFSIZE=2097152"),
+        "ncclParamDumpAll: %s", text.str().c_str());
   std::printf("%s\n", gFailures ? "FAILED" : "ok: NCCL variables mapped and read back");
   return gFailures ? 1 : 0;
 }
