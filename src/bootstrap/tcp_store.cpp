@@ -30,7 +30,7 @@ class TcpStore final : public Store {
         secret_(std::move(secret)) {
     auth::validateSecret(secret_, where_ + ": the job secret");
     connect(host, port, timeout);
-    handshake();
+    handshake(std::min(timeout, ioTimeout_));
   }
 
   void set(const std::string& key, std::span<const std::byte> value) override {
@@ -120,8 +120,9 @@ class TcpStore final : public Store {
 
   // Proves the job secret to the server and has it prove the secret back (tcp_store_protocol.hpp).
   // Failures here are final: retrying cannot make a wrong secret right.
-  void handshake() {
-    const auto deadline = detail::deadlineAfter(ioTimeout_);
+  // Within `timeout`: a server that accepts and says nothing is as good as none.
+  void handshake(std::chrono::milliseconds timeout) {
+    const auto deadline = detail::deadlineAfter(timeout);
     const std::string context = where_ + ": handshake";
     try {
       std::byte hello[tcpstore::kServerHelloBytes];

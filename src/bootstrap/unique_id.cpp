@@ -69,10 +69,31 @@ std::optional<UniqueIdAddress> parseUniqueId(const chorusUniqueId& id) {
   return UniqueIdAddress{host, static_cast<uint16_t>(port), nonce, secret};
 }
 
-std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id) {
+std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id, std::chrono::milliseconds timeout) {
   const auto address = parseUniqueId(id);
   if (!address) failInvalid("chorusUniqueId is not one made by chorusGetUniqueId");
-  auto store = makeTcpStore(address->host, address->port, std::chrono::seconds(60), address->secret);
+  const std::string where = strCat("the unique id's store (", address->host, ":", address->port, ")");
+  std::shared_ptr<Store> store;
+  try {
+    store = makeTcpStore(address->host, address->port, timeout, address->secret);
+  } catch (const Error& e) {
+    // The secret is the id's own, so a refusal means the id does not belong to that server; no
+    // peer is involved in any of these.
+    if (e.code() == chorusTimeout)
+      throw Error(chorusTimeout, strCat(where, " did not answer within ", timeout.count(),
+                                        " ms (CHORUS_TIMEOUT): is the process that made the id with "
+                                        "chorusGetUniqueId still running, and reachable from here? (",
+                                        e.what(), ")"));
+    if (e.code() == chorusInvalidUsage)
+      failInvalid(where,
+                  " refused the secret carried in the id: the id was altered, or names another "
+                  "job's store (its process exited and the port was reused)");
+    if (e.code() == chorusRemoteError)
+      failInvalid(where, " did not take the id: ", e.what(),
+                  ". The id is stale (its process exited and the port was reused) or was not made by "
+                  "chorusGetUniqueId");
+    throw;
+  }
   return makePrefixStore(strCat("uid/", address->nonce, "/"), store);
 }
 

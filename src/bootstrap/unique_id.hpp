@@ -1,6 +1,7 @@
 // chorusUniqueId: the address of a bootstrap store served by the process that made the id.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,7 +27,9 @@ bool formatUniqueId(const UniqueIdAddress& address, chorusUniqueId* id);
 
 /// Starts (once per call) a store server in this process and describes it in `id`.
 void makeUniqueId(chorusUniqueId* id);
-/// Connects to the store named by `id`; throws chorusInvalidArgument if `id` is not one.
-std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id);
+/// Connects to the store named by `id` within `timeout` (the handshake included); throws
+/// chorusInvalidArgument if `id` is not one, or names a server that is not its Chorus store (stale,
+/// altered, or another program's port), chorusTimeout if the store does not answer in time.
+std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id, std::chrono::milliseconds timeout);
 
 }  // namespace chorus

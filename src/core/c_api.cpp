@@ -175,7 +175,8 @@ chorusResult_t chorusCommInitRank(chorusComm_t* comm, int nranks, chorusUniqueId
     if (nranks < 1) failInvalid("chorusCommInitRank: nranks ", nranks, " must be at least 1");
     if (rank < 0 || rank >= nranks)
       failInvalid("chorusCommInitRank: rank ", rank, " is out of range [0, ", nranks, ")");
-    *comm = newHandle(CommImpl::create(storeForUniqueId(uniqueId), rank, nranks, Config{}));
+    *comm =
+        newHandle(CommImpl::create(storeForUniqueId(uniqueId, envConfig().timeout), rank, nranks, Config{}));
   });
 }
 

@@ -9,6 +9,8 @@
 //   shrink          as after-init; then the survivors form a communicator without the victim
 //                   (chorusCommShrink) and allreduce on it, printing a second line
 //                   shrink=<code> rank=<new rank> size=<new size> sum=<allreduce of rank+1> message=<text>
+//   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
+//                   init ended (the driver points the id at a dead, silent or foreign server).
 //   intruder        (run under chorusrun, which sets CHORUS_SECRET) rank VICTIM keeps attacking the
 //                   job's store from a second thread, from before init until the job is done: a
 //                   client without the secret, one with a wrong secret, and a raw connection sending a
@@ -178,13 +180,28 @@ int intruderMode(int myRank, int attacker) {
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr,
-                 "usage: fault_rank_program after-init|mid-collective|before-init|shrink|intruder VICTIM\n");
+                 "usage: fault_rank_program after-init|mid-collective|before-init|shrink|intruder VICTIM\n"
+                 "       fault_rank_program join-id HEX_ID\n");
     return 64;
   }
   const std::string mode = argv[1];
   const int victim = std::atoi(argv[2]);
   const int myRank = envInt("CHORUS_RANK");
   if (mode == "intruder") return intruderMode(myRank, victim);
+  if (mode == "join-id") {
+    chorusUniqueId id{};
+    const std::string hex = argv[2];
+    if (hex.size() != 2 * sizeof id.internal) return 64;
+    for (size_t i = 0; i < sizeof id.internal; ++i)
+      id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    chorusComm_t comm = nullptr;
+    auto t0 = Clock::now();
+    chorusResult_t r = chorusCommInitRank(&comm, 2, id, 1);
+    long long elapsed = msSince(t0);
+    if (r == chorusSuccess) return 3;
+    report(r, elapsed, nullptr, chorusGetLastError(nullptr));
+    return 0;
+  }
 
   if (mode == "before-init") {
     if (myRank == victim) raise(SIGKILL);

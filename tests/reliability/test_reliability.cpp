@@ -1,8 +1,12 @@
 // Fault tests: a rank killed with SIGKILL, a rank that never arrives, abort from another thread,
 // a peer's failure reaching the others, and shared memory too small. Each test is named after its
 // fault, and each checks that no /dev/shm/chorus-* file it created is left behind.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/unique_id.hpp"
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
 #include "spawn.hpp"
@@ -389,6 +394,110 @@ TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
 }
 
 // The C form checks its argument.
+// ---- Init against a unique id whose store is gone, silent or another program ---------------------
+// (chorusCommInitRank takes CHORUS_TIMEOUT for the connection and handshake; no peer is blamed.)
+
+std::string hexOf(const chorusUniqueId& id) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (char c : id.internal) {
+    out += digits[(static_cast<unsigned char>(c) >> 4) & 0xF];
+    out += digits[static_cast<unsigned char>(c) & 0xF];
+  }
+  return out;
+}
+
+// A real id of this process's, pointed at another port or carrying another secret.
+chorusUniqueId alteredId(std::optional<uint16_t> port, std::optional<std::string> secret) {
+  chorusUniqueId real;
+  EXPECT_EQ(chorusGetUniqueId(&real), chorusSuccess);
+  auto address = parseUniqueId(real);
+  EXPECT_TRUE(address.has_value());
+  if (port) address->port = *port;
+  if (secret) address->secret = *secret;
+  chorusUniqueId out;
+  EXPECT_TRUE(formatUniqueId(*address, &out));
+  return out;
+}
+
+// A socket listening on 127.0.0.1 that accepts nothing: connections complete and then hear nothing.
+struct SilentListener {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  uint16_t port = 0;
+  SilentListener() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(listen(fd, 8), 0);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port = ntohs(addr.sin_port);
+  }
+  ~SilentListener() { close(fd); }
+};
+
+// Joins `id` as rank 1 of 2 in a process with CHORUS_TIMEOUT=`timeout` and returns its report.
+SurvivorReport joinId(const chorusUniqueId& id, const std::string& timeout) {
+  TempDir dir("join-id");
+  Env env = baseEnv();
+  env["CHORUS_TIMEOUT"] = timeout;
+  Process p = spawn({FAULT_RANK_PROGRAM, "join-id", hexOf(id)}, env, dir.path(), "join");
+  EXPECT_TRUE(waitFor(p, Clock::now() + 90s)) << "init still waiting after 90 s";
+  EXPECT_TRUE(p.exitedWith(0)) << p.describe();
+  auto rep = parseReport(p.out());
+  EXPECT_TRUE(rep.has_value()) << p.describe();
+  return rep.value_or(SurvivorReport{});
+}
+
+// Nothing listens on the id's port: init gives up after CHORUS_TIMEOUT (it waited 60 s whatever
+// CHORUS_TIMEOUT said), and says which store and what to check.
+TEST(InitFaults, UnreachableStoreTakesTheTimeout) {
+  const SurvivorReport rep = joinId(alteredId(static_cast<uint16_t>(freePort()), std::nullopt), "2");
+  EXPECT_EQ(rep.result, chorusTimeout) << rep.message;
+  EXPECT_GE(rep.elapsedMs, 1900) << rep.message;
+  EXPECT_LT(rep.elapsedMs, 8000) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "did not answer within 2000 ms")) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "still running")) << rep.message;
+}
+
+// The port accepts and then says nothing: the handshake is bounded by CHORUS_TIMEOUT too (it had
+// at least 30 s).
+TEST(InitFaults, SilentStoreTakesTheTimeout) {
+  SilentListener silent;
+  const SurvivorReport rep = joinId(alteredId(silent.port, std::nullopt), "3");
+  EXPECT_EQ(rep.result, chorusTimeout) << rep.message;
+  EXPECT_GE(rep.elapsedMs, 2900) << rep.message;
+  EXPECT_LT(rep.elapsedMs, 9000) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "did not answer within 3000 ms")) << rep.message;
+}
+
+// Another program answers on the id's port: an invalid id, not "a peer failed".
+TEST(InitFaults, ForeignServerIsAnInvalidIdNotARemoteError) {
+  SilentListener listener;
+  std::thread http([&] {
+    const int peer = accept(listener.fd, nullptr, nullptr);
+    const char banner[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n________";
+    EXPECT_GT(send(peer, banner, sizeof banner, MSG_NOSIGNAL), 0);
+    std::this_thread::sleep_for(500ms);
+    close(peer);
+  });
+  const SurvivorReport rep = joinId(alteredId(listener.port, std::nullopt), "20");
+  http.join();
+  EXPECT_EQ(rep.result, chorusInvalidArgument) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "did not take the id")) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "not a Chorus TCP store")) << rep.message;
+  EXPECT_LT(rep.elapsedMs, 5000) << rep.message;
+}
+
+// The id's secret was altered: the message says so, instead of blaming CHORUS_SECRET.
+TEST(InitFaults, AlteredSecretIsNamedAsTheIds) {
+  const SurvivorReport rep = joinId(alteredId(std::nullopt, std::string(32, 'a')), "20");
+  EXPECT_EQ(rep.result, chorusInvalidArgument) << rep.message;
+  EXPECT_TRUE(contains(rep.message, "refused the secret carried in the id")) << rep.message;
+  EXPECT_FALSE(contains(rep.message, "CHORUS_SECRET")) << rep.message;
+}
+
 TEST(PerCallTimeout, CApiRejectsBadValues) {
   chorusComm_t comm = nullptr;
   ASSERT_EQ(chorusCommInitAll(&comm, 1, nullptr), chorusSuccess);
