@@ -469,40 +469,47 @@ void CommImpl::executeCollective(const Op& op) {
   if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), true);
 }
 
+namespace {
+
+// What must agree between the ranks of one collective call: kind, count, type, op, root.
+transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
+  transport::CallFingerprint f;
+  f.seq = seq;
+  f.kind = static_cast<int32_t>(o.kind);
+  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
+  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
+  bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
+  f.op = reducing ? static_cast<int32_t>(o.op) : 0;
+  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
+  return f;
+}
+
+std::string describeCall(const transport::CallFingerprint& f) {
+  auto kind = static_cast<OpKind>(f.kind);
+  bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
+  return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
+                dataTypeName(static_cast<DataType>(f.type)),
+                reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
+                f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
+}
+
+}  // namespace
+
 // Check mode: every rank publishes what it is about to call, all synchronise, and each compares.
 void CommImpl::checkCallsMatch(const Op& op) {
-  auto fingerprintOf = [&](const Op& o) {
-    transport::CallFingerprint f;
-    f.seq = collSeq_;
-    f.kind = static_cast<int32_t>(o.kind);
-    f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
-    f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-    bool reducing =
-        o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
-    f.op = reducing ? static_cast<int32_t>(o.op) : 0;
-    f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
-    return f;
-  };
-  auto text = [](const transport::CallFingerprint& f) {
-    auto kind = static_cast<OpKind>(f.kind);
-    bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
-    return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
-                  dataTypeName(static_cast<DataType>(f.type)),
-                  reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
-                  f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
-  };
-  const transport::CallFingerprint mine = fingerprintOf(op);
+  const transport::CallFingerprint mine = fingerprintOf(op, collSeq_);
   shm_->publishFingerprint(mine);
   syncAll();
   std::string differ;
   for (int r = 0; r < size_; ++r) {
     transport::CallFingerprint theirs = shm_->fingerprint(r, collSeq_);
-    if (!(theirs == mine)) differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", text(theirs));
+    if (!(theirs == mine))
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", describeCall(theirs));
   }
   if (!differ.empty()) {
     fail(chorusInvalidUsage,
-         strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ", text(mine),
-                " but ", differ));
+         strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ",
+                describeCall(mine), " but ", differ));
   }
 }
 
@@ -582,17 +589,35 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
   transport::SharedBufferRef s, r;
   if (sendBytes) s = transport::findShared(send, sendBytes);
   if (recvBytes) r = transport::findShared(recv, recvBytes);
-  shm_->publishBuffers(seq, s, r, (!sendBytes || s.valid()) && (!recvBytes || r.valid()));
+  // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
+  // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
+  const transport::CallFingerprint call =
+      curOp_ ? fingerprintOf(*curOp_, collSeq_) : transport::CallFingerprint{};
+  shm_->publishBuffers(seq, s, r, (!sendBytes || s.valid()) && (!recvBytes || r.valid()), call);
   syncAll();
   std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(size_)), recvs(sends.size());
+  bool allUsable = true;
+  std::string differ;
   for (int k = 0; k < size_; ++k) {
     bool usable = false;
-    if (!shm_->buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable)) {
-      fail(chorusInternalError, strCat("rank ", rank_, ": ", opWhat(), ": rank ", k,
-                                       " published another buffer exchange than #", seq));
+    transport::CallFingerprint theirs;
+    if (!shm_->buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable,
+                       &theirs)) {
+      fail(chorusInvalidUsage, strCat("rank ", rank_, ": ", opWhat(), ": rank ", k,
+                                      " is not in the same collective (it published another buffer exchange "
+                                      "than #",
+                                      seq, "): mismatched calls"));
     }
-    if (!usable) return false;
+    if (!(theirs == call))
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", k, " called ", describeCall(theirs));
+    allUsable = allUsable && usable;
   }
+  if (!differ.empty()) {
+    fail(chorusInvalidUsage,
+         strCat("rank ", rank_, ": collective call mismatch: this rank called ", describeCall(call), " but ",
+                differ, " (found by the zero-copy buffer exchange)"));
+  }
+  if (!allUsable) return false;
   peers.assign(static_cast<size_t>(size_), PeerBuffers{});
   for (int k = 0; k < size_; ++k) {
     PeerBuffers& p = peers[static_cast<size_t>(k)];

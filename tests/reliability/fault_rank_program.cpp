@@ -9,6 +9,9 @@
 //   shrink          as after-init; then the survivors form a communicator without the victim
 //                   (chorusCommShrink) and allreduce on it, printing a second line
 //                   shrink=<code> rank=<new rank> size=<new size> sum=<allreduce of rank+1> message=<text>
+//   mismatch-count  every rank allreduces 256K floats in chorusMemAlloc buffers, but VICTIM 512K
+//   mismatch-kind   as mismatch-count, but VICTIM broadcasts 256K floats from rank 0 instead
+//                   (both: the zero-copy path; the driver unsets CHORUS_CHECK)
 //   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
 //                   init ended (the driver points the id at a dead, silent or foreign server).
 //   intruder        (run under chorusrun, which sets CHORUS_SECRET) rank VICTIM keeps attacking the
@@ -188,6 +191,30 @@ int main(int argc, char** argv) {
   const int victim = std::atoi(argv[2]);
   const int myRank = envInt("CHORUS_RANK");
   if (mode == "intruder") return intruderMode(myRank, victim);
+  if (mode == "mismatch-count" || mode == "mismatch-kind") {
+    chorusComm_t comm = nullptr;
+    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    const size_t count = size_t{256} << 10;
+    float* buf = nullptr;
+    if (chorusMemAlloc(reinterpret_cast<void**>(&buf), 2 * count * sizeof(float)) != chorusSuccess) return 2;
+    for (size_t i = 0; i < 2 * count; ++i) buf[i] = 1.0f;
+    auto t0 = Clock::now();
+    chorusResult_t r;
+    if (myRank == victim && mode == "mismatch-kind")
+      r = chorusBroadcast(buf, buf, count, chorusFloat32, 0, comm, nullptr);
+    else
+      r = chorusAllReduce(buf, buf, myRank == victim ? 2 * count : count, chorusFloat32, chorusSum, comm,
+                          nullptr);
+    long long elapsed = msSince(t0);
+    if (r == chorusSuccess) {
+      std::fprintf(stderr, "rank %d: mismatched call succeeded\n", myRank);
+      return 3;
+    }
+    report(r, elapsed, comm, chorusGetLastError(comm));
+    chorusCommDestroy(comm);
+    chorusMemFree(buf);
+    return 0;
+  }
   if (mode == "join-id") {
     chorusUniqueId id{};
     const std::string hex = argv[2];

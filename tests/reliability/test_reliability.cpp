@@ -394,6 +394,48 @@ TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
 }
 
 // The C form checks its argument.
+// ---- Mismatched calls on chorusMemAlloc buffers, check mode off -----------------------------------
+// The zero-copy exchange carries each rank's call: a mismatch is a named error on every rank, where
+// a rank used to read a peer's buffer past its end (SIGSEGV).
+
+void expectMismatchNamed(const std::string& mode, const char* victimCall) {
+  TempDir dir("mismatch");
+  TempDir store("mismatch-store");
+  std::vector<Process> procs;
+  for (int r = 0; r < 3; ++r) {
+    Env env = baseEnv();
+    env["CHORUS_RANK"] = std::to_string(r);
+    env["CHORUS_WORLD_SIZE"] = "3";
+    env["CHORUS_STORE_FILE"] = store.path();
+    env["CHORUS_TIMEOUT"] = "20";
+    env["CHORUS_CHECK"] = "0";
+    procs.push_back(spawn({FAULT_RANK_PROGRAM, mode, "1"}, env, dir.path(), "rank" + std::to_string(r)));
+  }
+  ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
+  for (int r = 0; r < 3; ++r) {
+    const Process& p = procs[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+    auto rep = parseReport(p.out());
+    ASSERT_TRUE(rep.has_value()) << p.describe();
+    EXPECT_EQ(rep->result, chorusInvalidUsage) << rep->message;
+    EXPECT_TRUE(contains(rep->message, "collective call mismatch")) << rep->message;
+    // Each rank names a rank in the other call; ranks 0 and 2 name rank 1 and its call.
+    if (r != 1) {
+      EXPECT_TRUE(namesRank(rep->message, 1)) << rep->message;
+      EXPECT_TRUE(contains(rep->message, victimCall)) << rep->message;
+    }
+  }
+}
+
+TEST_F(Fault, MismatchedCountOnMemAllocBuffers_NamedErrorNotCrash) {
+  expectMismatchNamed("mismatch-count", "count 524288");
+}
+
+TEST_F(Fault, MismatchedKindOnMemAllocBuffers_NamedErrorNotCrash) {
+  expectMismatchNamed("mismatch-kind", "broadcast");
+}
+
 // ---- Init against a unique id whose store is gone, silent or another program ---------------------
 // (chorusCommInitRank takes CHORUS_TIMEOUT for the connection and handshake; no peer is blamed.)
 

@@ -37,6 +37,7 @@ struct ShmGroup::Header {
     uint64_t seq;
     SharedBufferRef send, recv;
     bool usable;
+    CallFingerprint call;
   } buffers[2];
 };
 
@@ -168,17 +169,18 @@ void ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
 }
 
 void ShmGroup::publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv,
-                              bool usable) {
-  header(rank_)->buffers[seq & 1] = Header::BufferSlot{seq, send, recv, usable};
+                              bool usable, const CallFingerprint& call) {
+  header(rank_)->buffers[seq & 1] = Header::BufferSlot{seq, send, recv, usable, call};
 }
 
-bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv,
-                       bool* usable) const {
+bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
+                       CallFingerprint* call) const {
   const Header::BufferSlot& b = header(r)->buffers[seq & 1];
   if (b.seq != seq) return false;
   *send = b.send;
   *recv = b.recv;
   *usable = b.usable;
+  *call = b.call;
   return true;
 }
 

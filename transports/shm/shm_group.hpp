@@ -100,9 +100,12 @@ class ShmGroup {
   /// Publishes where this rank's buffers of exchange `seq` live (visible after the next
   /// setSyncFlag). Two slots by seq parity, as for fingerprints: exchanges are synchronisations.
   /// `usable`: every buffer this rank needs is in shared memory.
-  void publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv, bool usable);
+  /// `call`: the collective the buffers are for, which the peers compare with theirs.
+  void publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv, bool usable,
+                      const CallFingerprint& call);
   /// Rank r's buffers of exchange `seq` (false if r published another exchange there).
-  bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable) const;
+  bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
+               CallFingerprint* call) const;
 
   /// Bytes of shared memory this rank created (its own segment).
   size_t ownBytes() const { return segmentBytes_; }
