@@ -12,6 +12,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "bootstrap/rank_wait.hpp"
+#include "bootstrap/watched_store.hpp"
 #include "core/comm_impl.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -70,20 +71,27 @@ std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int ran
   if (size < 1) failInvalid("communicator size ", size, " must be at least 1");
   if (rank < 0 || rank >= size) failInvalid("rank ", rank, " is out of range [0, ", size, ")");
   if (!store) failInvalid("rank ", rank, ": no store given for rendezvous");
-  Config resolved = resolveConfig(config);
-  std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
-  comm->rules_ = algo::parseRules(resolved.algo);
-  comm->init(std::move(store), std::move(keepAlive));
-  return comm;
+  // Several communicators may rendezvous on one store: each rank counts the communicators it has
+  // created there, and the n-th of every rank meet under the same prefix. Known first, so that a
+  // failure of any later step (settings included) reaches the peers waiting there.
+  int64_t generation = store->add(strCat("chorus/rank", rank, "/comms"), 1);
+  std::shared_ptr<Store> shared = makePrefixStore(strCat("chorus/comm", generation, "/"), store);
+  try {
+    Config resolved = resolveConfig(config);
+    std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
+    comm->rules_ = algo::parseRules(resolved.algo);
+    comm->init(makeWatchedStore(shared, rank), std::move(keepAlive));
+    return comm;
+  } catch (const Error& e) {
+    if (!isPeerFailureReport(e)) publishFailure(*shared, rank, e.what());
+    throw;
+  }
 }
 
 void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive) {
   keepAlive_ = std::move(keepAlive);
   const auto timeout = config_.timeout;
-  // Several communicators may rendezvous on one store: each rank counts the communicators it has
-  // created there, and the n-th of every rank meet under the same prefix.
-  int64_t generation = store->add(strCat("chorus/rank", rank_, "/comms"), 1);
-  store_ = makePrefixStore(strCat("chorus/comm", generation, "/"), store);
+  store_ = std::move(store);
 
   HostIdentity me = HostIdentity::local();
   store_->setString(strCat("host/", rank_), me.serialize());

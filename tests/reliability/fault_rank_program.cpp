@@ -12,6 +12,8 @@
 //   mismatch-count  every rank allreduces 256K floats in chorusMemAlloc buffers, but VICTIM 512K
 //   mismatch-kind   as mismatch-count, but VICTIM broadcasts 256K floats from rank 0 instead
 //                   (both: the zero-copy path; the driver unsets CHORUS_CHECK)
+//   bad-setting     VICTIM has CHORUS_SHM_FIFO_BYTES=banana; every rank joins and reports how
+//                   its init ended
 //   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
 //                   init ended (the driver points the id at a dead, silent or foreign server).
 //   intruder        (run under chorusrun, which sets CHORUS_SECRET) rank VICTIM keeps attacking the
@@ -191,6 +193,16 @@ int main(int argc, char** argv) {
   const int victim = std::atoi(argv[2]);
   const int myRank = envInt("CHORUS_RANK");
   if (mode == "intruder") return intruderMode(myRank, victim);
+  if (mode == "bad-setting") {
+    if (myRank == victim) setenv("CHORUS_SHM_FIFO_BYTES", "banana", 1);
+    chorusComm_t comm = nullptr;
+    auto t0 = Clock::now();
+    chorusResult_t r = chorusCommInitFromEnv(&comm);
+    long long elapsed = msSince(t0);
+    if (r == chorusSuccess) return 3;
+    report(r, elapsed, nullptr, chorusGetLastError(nullptr));
+    return 0;
+  }
   if (mode == "mismatch-count" || mode == "mismatch-kind") {
     chorusComm_t comm = nullptr;
     if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;

@@ -436,6 +436,40 @@ TEST_F(Fault, MismatchedKindOnMemAllocBuffers_NamedErrorNotCrash) {
   expectMismatchNamed("mismatch-kind", "broadcast");
 }
 
+// A malformed setting on rank 1 only: rank 1 fails at once naming it, and publishes its failure,
+// so ranks 0 and 2 stop at once with rank 1's message (they waited out CHORUS_TIMEOUT, then
+// reported rank 1 as not started).
+TEST_F(Fault, BadSettingOnOneRank_PeersFailAtOnceWithItsMessage) {
+  TempDir dir("bad-setting");
+  TempDir store("bad-setting-store");
+  std::vector<Process> procs;
+  for (int r = 0; r < 3; ++r) {
+    Env env = baseEnv();
+    env["CHORUS_RANK"] = std::to_string(r);
+    env["CHORUS_WORLD_SIZE"] = "3";
+    env["CHORUS_STORE_FILE"] = store.path();
+    env["CHORUS_TIMEOUT"] = "30";
+    procs.push_back(
+        spawn({FAULT_RANK_PROGRAM, "bad-setting", "1"}, env, dir.path(), "rank" + std::to_string(r)));
+  }
+  ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
+  for (int r = 0; r < 3; ++r) {
+    const Process& p = procs[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+    auto rep = parseReport(p.out());
+    ASSERT_TRUE(rep.has_value()) << p.describe();
+    EXPECT_TRUE(contains(rep->message, "CHORUS_SHM_FIFO_BYTES='banana'")) << rep->message;
+    EXPECT_LT(rep->elapsedMs, 5000) << rep->message;
+    if (r == 1) {
+      EXPECT_EQ(rep->result, chorusInvalidArgument) << rep->message;
+    } else {
+      EXPECT_EQ(rep->result, chorusRemoteError) << rep->message;
+      EXPECT_TRUE(contains(rep->message, "rank 1 failed")) << rep->message;
+    }
+  }
+}
+
 // ---- Init against a unique id whose store is gone, silent or another program ---------------------
 // (chorusCommInitRank takes CHORUS_TIMEOUT for the connection and handshake; no peer is blamed.)
 
