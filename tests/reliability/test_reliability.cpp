@@ -145,21 +145,29 @@ std::optional<SurvivorReport> parseReport(const std::string& out) {
   return s;
 }
 
-// Starts 3 ranks of fault_rank_program `mode` with rank 1 as the victim (file store, CHORUS_TIMEOUT
-// `timeoutSeconds`), waits for the survivors first (the victim stays a zombie until then, so its pid
-// cannot be reused while they watch it) and returns all three, finished.
-std::vector<Process> runFaultJob(const std::string& mode, const std::string& timeoutSeconds,
-                                 const TempDir& dir) {
-  TempDir store("fault-store");
+// Starts 3 ranks of fault_rank_program `mode`, rank 1 the victim, meeting in the file store `store`;
+// `extra` is added to each one's environment.
+std::vector<Process> startFaultRanks(const std::string& mode, const TempDir& store, const TempDir& dir,
+                                     const Env& extra) {
   std::vector<Process> procs;
   for (int r = 0; r < 3; ++r) {
     Env env = baseEnv();
     env["CHORUS_RANK"] = std::to_string(r);
     env["CHORUS_WORLD_SIZE"] = "3";
     env["CHORUS_STORE_FILE"] = store.path();
-    env["CHORUS_TIMEOUT"] = timeoutSeconds;
+    for (const auto& [k, v] : extra) env[k] = v;
     procs.push_back(spawn({FAULT_RANK_PROGRAM, mode, "1"}, env, dir.path(), "rank" + std::to_string(r)));
   }
+  return procs;
+}
+
+// Starts 3 ranks of fault_rank_program `mode` with rank 1 as the victim (file store, CHORUS_TIMEOUT
+// `timeoutSeconds`), waits for the survivors first (the victim stays a zombie until then, so its pid
+// cannot be reused while they watch it) and returns all three, finished.
+std::vector<Process> runFaultJob(const std::string& mode, const std::string& timeoutSeconds,
+                                 const TempDir& dir) {
+  TempDir store("fault-store");
+  std::vector<Process> procs = startFaultRanks(mode, store, dir, {{"CHORUS_TIMEOUT", timeoutSeconds}});
   std::vector<Process> order{procs[0], procs[2], procs[1]};
   EXPECT_TRUE(waitAll(order, 60s)) << "a rank was still running after 60 s";
   return {order[0], order[2], order[1]};
@@ -393,7 +401,6 @@ TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
   EXPECT_LT(msBetween(start, o.end), 2500);
 }
 
-// The C form checks its argument.
 // ---- Mismatched calls on chorusMemAlloc buffers, check mode off -----------------------------------
 // The zero-copy exchange carries each rank's call: a mismatch is a named error on every rank, where
 // a rank used to read a peer's buffer past its end (SIGSEGV).
@@ -401,16 +408,8 @@ TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
 void expectMismatchNamed(const std::string& mode, const char* victimCall) {
   TempDir dir("mismatch");
   TempDir store("mismatch-store");
-  std::vector<Process> procs;
-  for (int r = 0; r < 3; ++r) {
-    Env env = baseEnv();
-    env["CHORUS_RANK"] = std::to_string(r);
-    env["CHORUS_WORLD_SIZE"] = "3";
-    env["CHORUS_STORE_FILE"] = store.path();
-    env["CHORUS_TIMEOUT"] = "20";
-    env["CHORUS_CHECK"] = "0";
-    procs.push_back(spawn({FAULT_RANK_PROGRAM, mode, "1"}, env, dir.path(), "rank" + std::to_string(r)));
-  }
+  std::vector<Process> procs =
+      startFaultRanks(mode, store, dir, {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}});
   ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
   for (int r = 0; r < 3; ++r) {
     const Process& p = procs[static_cast<size_t>(r)];
@@ -442,16 +441,7 @@ TEST_F(Fault, MismatchedKindOnMemAllocBuffers_NamedErrorNotCrash) {
 TEST_F(Fault, BadSettingOnOneRank_PeersFailAtOnceWithItsMessage) {
   TempDir dir("bad-setting");
   TempDir store("bad-setting-store");
-  std::vector<Process> procs;
-  for (int r = 0; r < 3; ++r) {
-    Env env = baseEnv();
-    env["CHORUS_RANK"] = std::to_string(r);
-    env["CHORUS_WORLD_SIZE"] = "3";
-    env["CHORUS_STORE_FILE"] = store.path();
-    env["CHORUS_TIMEOUT"] = "30";
-    procs.push_back(
-        spawn({FAULT_RANK_PROGRAM, "bad-setting", "1"}, env, dir.path(), "rank" + std::to_string(r)));
-  }
+  std::vector<Process> procs = startFaultRanks("bad-setting", store, dir, {{"CHORUS_TIMEOUT", "30"}});
   ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
   for (int r = 0; r < 3; ++r) {
     const Process& p = procs[static_cast<size_t>(r)];
@@ -574,6 +564,7 @@ TEST(InitFaults, AlteredSecretIsNamedAsTheIds) {
   EXPECT_FALSE(contains(rep.message, "CHORUS_SECRET")) << rep.message;
 }
 
+// The C form checks its argument.
 TEST(PerCallTimeout, CApiRejectsBadValues) {
   chorusComm_t comm = nullptr;
   ASSERT_EQ(chorusCommInitAll(&comm, 1, nullptr), chorusSuccess);
