@@ -353,11 +353,20 @@ void CommImpl::setLastError(const std::string& message) {
 
 // ---- Execution ------------------------------------------------------------------------------------
 
-std::string CommImpl::opWhat() const {
-  if (curOp_) {
-    return strCat(opKindName(curOp_->kind), " #", collSeq_, " (", curOp_->count, " x ",
-                  dataTypeName(curOp_->type), curAlgo_ ? strCat(", ", curAlgo_) : std::string(), ")");
+std::string CommImpl::callWhat(const Op& op, uint64_t seq, const char* algorithm) {
+  std::string size = strCat(op.count, " x ", dataTypeName(op.type));
+  if (op.kind == OpKind::AllToAllv) {  // its count is 0: the counts are per peer
+    size_t sent = 0, received = 0;
+    for (size_t c : op.sendCounts) sent += c;
+    for (size_t c : op.recvCounts) received += c;
+    size = strCat(sent, " x ", dataTypeName(op.type), " sent, ", received, " received");
   }
+  return strCat(opKindName(op.kind), " #", seq, " (", size,
+                algorithm ? strCat(", ", algorithm) : std::string(), ")");
+}
+
+std::string CommImpl::opWhat() const {
+  if (curOp_) return callWhat(*curOp_, collSeq_, curAlgo_);
   if (curP2p_) return strCat("group of ", curP2p_, " sends/receives");
   return "operation";
 }
@@ -380,9 +389,13 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
     std::string text;
     chorusResult_t code = chorusRemoteError;
     if (int peer = findPeerFailure(&code, &text); peer >= 0) {
-      curOp_ = ops.empty() ? nullptr : &ops.front();
+      // Numbered as the peers number it: this call has not counted itself yet.
+      const Op* first = ops.empty() ? nullptr : &ops.front();
+      const std::string what =
+          first && !first->isPointToPoint() ? callWhat(*first, collSeq_ + 1, nullptr) : opWhat();
+      curOp_ = first;
       fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
-           strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+           strCat("rank ", rank_, ": ", what, " stopped: rank ", peer, " failed: ", text));
     }
   }
   std::vector<engine::Transfer> p2p;

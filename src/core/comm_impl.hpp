@@ -207,6 +207,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   const char* curAlgo_ = nullptr;
   size_t curP2p_ = 0;
   std::string opWhat() const;
+  /// "allreduce #3 (1000 x float32, ring)": call `op`, number `seq` (algorithm may be NULL).
+  static std::string callWhat(const Op& op, uint64_t seq, const char* algorithm);
   struct Scratch {
     std::byte* ptr = nullptr;
     size_t bytes = 0;

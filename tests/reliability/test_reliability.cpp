@@ -673,6 +673,34 @@ TEST_F(Fault, PeerFailurePropagates) {
   }
 }
 
+// A rank that enters its call after a peer has already failed stops at once, naming the call as
+// the peers in it do ("#1", not "#0"); an alltoallv names what it moves (its count field is 0).
+TEST_F(Fault, PeerFailureBeforeTheCall_NamedAsThePeersNameIt) {
+  chorusComm_t comms[3] = {};
+  ASSERT_EQ(chorusCommInitAll(comms, 3, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
+  std::string messages[3];
+  auto body = [&](int r) {
+    std::vector<float> in(15, 1.0f), out(15);
+    const std::vector<size_t> counts(3, 5), displs{0, 5, 10};
+    EXPECT_EQ(chorusAllToAllv(in.data(), counts.data(), displs.data(), out.data(), counts.data(),
+                              displs.data(), chorusFloat32, comms[r], nullptr),
+              chorusRemoteError);
+    messages[r] = chorusGetLastError(comms[r]);
+  };
+  std::thread t2(body, 2);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(chorusCommAbort(comms[1]), chorusSuccess);
+  body(0);  // after the abort: the check before the call finds it
+  t2.join();
+  for (int r : {0, 2}) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(contains(messages[r], "alltoallv #1 (15 x float32 sent, 15 received")) << messages[r];
+    EXPECT_FALSE(contains(messages[r], "#0")) << messages[r];
+    EXPECT_TRUE(namesRank(messages[r], 1)) << messages[r];
+    EXPECT_EQ(chorusCommDestroy(comms[r]), chorusSuccess);
+  }
+}
+
 // Through the C API: chorusCommAbort on a rank that is not in the call, and the others' pending
 // chorusAllReduce fails naming it.
 TEST_F(Fault, PeerFailurePropagates_CApi) {
