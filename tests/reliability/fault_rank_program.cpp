@@ -14,6 +14,7 @@
 //                   (both: the zero-copy path; the driver unsets CHORUS_CHECK)
 //   bad-setting     VICTIM has CHORUS_SHM_FIFO_BYTES=banana; every rank joins and reports how
 //                   its init ended
+//   serve-id        makes a unique id, prints it in hex and serves its store for VICTIM seconds
 //   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
 //                   init ended (the driver points the id at a dead, silent or foreign server).
 //   intruder        (run under chorusrun, which sets CHORUS_SECRET) rank VICTIM keeps attacking the
@@ -225,6 +226,15 @@ int main(int argc, char** argv) {
     report(r, elapsed, comm, chorusGetLastError(comm));
     chorusCommDestroy(comm);
     chorusMemFree(buf);
+    return 0;
+  }
+  if (mode == "serve-id") {
+    chorusUniqueId id{};
+    if (chorusGetUniqueId(&id) != chorusSuccess) return 2;
+    for (char c : id.internal) std::printf("%02x", static_cast<unsigned char>(c));
+    std::printf("\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(victim));
     return 0;
   }
   if (mode == "join-id") {

@@ -473,10 +473,15 @@ std::string hexOf(const chorusUniqueId& id) {
   return out;
 }
 
-// A real id of this process's, pointed at another port or carrying another secret.
-chorusUniqueId alteredId(std::optional<uint16_t> port, std::optional<std::string> secret) {
-  chorusUniqueId real;
-  EXPECT_EQ(chorusGetUniqueId(&real), chorusSuccess);
+// A real id, pointed at another port or carrying another secret. `real`: the id to alter (by default
+// one of this process's, whose store nobody then reaches).
+chorusUniqueId alteredId(std::optional<uint16_t> port, std::optional<std::string> secret,
+                         std::optional<chorusUniqueId> given = std::nullopt) {
+  chorusUniqueId real{};
+  if (given)
+    real = *given;
+  else
+    EXPECT_EQ(chorusGetUniqueId(&real), chorusSuccess);
   auto address = parseUniqueId(real);
   EXPECT_TRUE(address.has_value());
   if (port) address->port = *port;
@@ -556,9 +561,24 @@ TEST(InitFaults, ForeignServerIsAnInvalidIdNotARemoteError) {
   EXPECT_LT(rep.elapsedMs, 5000) << rep.message;
 }
 
-// The id's secret was altered: the message says so, instead of blaming CHORUS_SECRET.
+// The id's secret was altered: the message says so, instead of blaming CHORUS_SECRET. (The store
+// serves from another process: its handshake thread would otherwise outlive this test's process,
+// using OpenSSL while the process's exit frees it.)
 TEST(InitFaults, AlteredSecretIsNamedAsTheIds) {
-  const SurvivorReport rep = joinId(alteredId(std::nullopt, std::string(32, 'a')), "20");
+  TempDir dir("serve-id");
+  Process server = spawn({FAULT_RANK_PROGRAM, "serve-id", "60"}, baseEnv(), dir.path(), "server");
+  std::string hex;
+  for (auto until = Clock::now() + 20s; Clock::now() < until; std::this_thread::sleep_for(10ms)) {
+    hex = server.out();
+    if (hex.size() > 2 * CHORUS_UNIQUE_ID_BYTES) break;
+  }
+  ASSERT_GT(hex.size(), 2 * CHORUS_UNIQUE_ID_BYTES) << server.describe();
+  chorusUniqueId served{};
+  for (size_t i = 0; i < sizeof served.internal; ++i)
+    served.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  const SurvivorReport rep = joinId(alteredId(std::nullopt, std::string(32, 'a'), served), "20");
+  kill(server.pid, SIGTERM);
+  waitFor(server, Clock::now() + 10s);
   EXPECT_EQ(rep.result, chorusInvalidArgument) << rep.message;
   EXPECT_TRUE(contains(rep.message, "refused the secret carried in the id")) << rep.message;
   EXPECT_FALSE(contains(rep.message, "CHORUS_SECRET")) << rep.message;
