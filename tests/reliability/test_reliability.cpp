@@ -405,18 +405,30 @@ TEST_F(Fault, Timeout_PerCallDeadlineAppliesToLaterCalls) {
 // The zero-copy exchange carries each rank's call: a mismatch is a named error on every rank, where
 // a rank used to read a peer's buffer past its end (SIGSEGV).
 
+// Waits (60 s) for ranks that each report one line and exit 0; their reports, nullopt where a
+// rank did not (with the failure recorded).
+std::vector<std::optional<SurvivorReport>> reportsOf(std::vector<Process>& procs) {
+  EXPECT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
+  std::vector<std::optional<SurvivorReport>> reports;
+  for (const Process& p : procs) {
+    std::optional<SurvivorReport> rep;
+    if (p.exitedWith(0)) rep = parseReport(p.out());
+    EXPECT_TRUE(rep.has_value()) << p.describe();
+    reports.push_back(std::move(rep));
+  }
+  return reports;
+}
+
 void expectMismatchNamed(const std::string& mode, const char* victimCall) {
   TempDir dir("mismatch");
   TempDir store("mismatch-store");
   std::vector<Process> procs =
       startFaultRanks(mode, store, dir, {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}});
-  ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(procs);
   for (int r = 0; r < 3; ++r) {
-    const Process& p = procs[static_cast<size_t>(r)];
     SCOPED_TRACE("rank " + std::to_string(r));
-    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
-    auto rep = parseReport(p.out());
-    ASSERT_TRUE(rep.has_value()) << p.describe();
+    const auto& rep = reports[static_cast<size_t>(r)];
+    ASSERT_TRUE(rep.has_value());
     EXPECT_EQ(rep->result, chorusInvalidUsage) << rep->message;
     EXPECT_TRUE(contains(rep->message, "collective call mismatch")) << rep->message;
     // Each rank names a rank in the other call; ranks 0 and 2 name rank 1 and its call.
@@ -442,13 +454,11 @@ TEST_F(Fault, BadSettingOnOneRank_PeersFailAtOnceWithItsMessage) {
   TempDir dir("bad-setting");
   TempDir store("bad-setting-store");
   std::vector<Process> procs = startFaultRanks("bad-setting", store, dir, {{"CHORUS_TIMEOUT", "30"}});
-  ASSERT_TRUE(waitAll(procs, 60s)) << "a rank was still running after 60 s";
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(procs);
   for (int r = 0; r < 3; ++r) {
-    const Process& p = procs[static_cast<size_t>(r)];
     SCOPED_TRACE("rank " + std::to_string(r));
-    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
-    auto rep = parseReport(p.out());
-    ASSERT_TRUE(rep.has_value()) << p.describe();
+    const auto& rep = reports[static_cast<size_t>(r)];
+    ASSERT_TRUE(rep.has_value());
     EXPECT_TRUE(contains(rep->message, "CHORUS_SHM_FIFO_BYTES='banana'")) << rep->message;
     EXPECT_LT(rep->elapsedMs, 5000) << rep->message;
     if (r == 1) {
