@@ -52,13 +52,20 @@ class WatchedStore final : public Store {
       } catch (const Error& e) {
         if (e.code() != chorusTimeout) throw;
       }
-      if (inner_->check({kFailureKey})) {
-        throw Error(chorusRemoteError, strCat("rank ", rank_, ": ", kReportPrefix,
-                                              inner_->getString(kFailureKey, std::chrono::seconds(5))));
-      }
+      throwIfFailed();
     }
   }
 
+ public:
+  // Throws the published failure, if there is one.
+  void throwIfFailed() {
+    if (inner_->check({kFailureKey})) {
+      throw Error(chorusRemoteError, strCat("rank ", rank_, ": ", kReportPrefix,
+                                            inner_->getString(kFailureKey, std::chrono::seconds(5))));
+    }
+  }
+
+ private:
   std::shared_ptr<Store> inner_;
   int rank_;
 };
@@ -76,6 +83,10 @@ void publishFailure(Store& inner, int rank, const std::string& message) {
   } catch (...) {
     // The store is unreachable too: the peers find out by their own timeout.
   }
+}
+
+void throwIfPeerFailed(Store& store) {
+  if (auto* watched = dynamic_cast<WatchedStore*>(&store)) watched->throwIfFailed();
 }
 
 bool isPeerFailureReport(const Error& e) {

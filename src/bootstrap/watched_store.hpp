@@ -20,6 +20,10 @@ std::shared_ptr<Store> makeWatchedStore(std::shared_ptr<Store> inner, int rank);
 /// the store may be gone too). The first failure published stays.
 void publishFailure(Store& inner, int rank, const std::string& message);
 
+/// If `store` is a watched store and some rank has published its failure, throws its report (as a
+/// wait would). For a waiter that found another reason to stop: a published failure explains more.
+void throwIfPeerFailed(Store& store);
+
 /// True if `e` is a watched store's report of another rank's failure (not to be published again).
 bool isPeerFailureReport(const Error& e);
 

@@ -641,8 +641,12 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
     }
     const auto& sk = sends[static_cast<size_t>(k)];
     const auto& rk = recvs[static_cast<size_t>(k)];
-    if (sk.valid()) p.send = peerMappings_.map(sk, k);
-    if (rk.valid()) p.recv = peerMappings_.map(rk, k);
+    try {
+      if (sk.valid()) p.send = peerMappings_.map(sk, k);
+      if (rk.valid()) p.recv = peerMappings_.map(rk, k);
+    } catch (const Error& e) {
+      fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
+    }
   }
   return true;
 }

@@ -52,6 +52,19 @@ std::string randomHex(size_t bytes) {
   return out;
 }
 
+// The pids of `ranks` (all ranks if null), in that order, where this process can watch them (same
+// pid namespace, another process), else 0.
+std::vector<int> watchablePids(const std::vector<HostIdentity>& hosts, const HostIdentity& me,
+                               const std::vector<int>* ranks) {
+  std::vector<int> pids;
+  const size_t n = ranks ? ranks->size() : hosts.size();
+  for (size_t i = 0; i < n; ++i) {
+    const HostIdentity& h = hosts[ranks ? static_cast<size_t>((*ranks)[i]) : i];
+    pids.push_back(h.pid != me.pid && h.samePidNamespace(me) ? h.pid : 0);
+  }
+  return pids;
+}
+
 int openPidfd(int pid) {
 #ifdef SYS_pidfd_open
   long fd = syscall(SYS_pidfd_open, pid, 0);
@@ -173,6 +186,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
+    options.peerPids = watchablePids(hosts_, me, nullptr);
     shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
   } else if (multiHost) {
     commId_ = id;
@@ -272,6 +286,7 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
     options.timeout = config_.timeout;
+    options.peerPids = watchablePids(hosts_, hosts_[static_cast<size_t>(rank_)], &localRanks_);
     auto hostStore = makePrefixStore(strCat("host", localRanks_.front(), "/"), store_);
     localShm_ = std::make_unique<transport::ShmGroup>(*hostStore, localIndex_[static_cast<size_t>(rank_)],
                                                       static_cast<int>(localRanks_.size()), options);

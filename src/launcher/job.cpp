@@ -22,6 +22,7 @@
 
 #include "launcher/child_process.hpp"
 #include "launcher/output_relay.hpp"
+#include "transports/shm/shm_names.hpp"
 
 extern char** environ;
 
@@ -473,6 +474,11 @@ int Job::run() {
   }
   launch();
   superviseUntilDone();
+  // Ranks stopped (or killed) while creating a communicator may have left shared-memory segments.
+  if (int removed = transport::removeOrphanSegments(); removed > 0) {
+    message("removed " + std::to_string(removed) +
+            " shared-memory segment(s) that exited ranks left in /dev/shm");
+  }
   return result_.value_or(0);
 }
 

@@ -14,6 +14,12 @@
 //                   (both: the zero-copy path; the driver unsets CHORUS_CHECK)
 //   bad-setting     VICTIM has CHORUS_SHM_FIFO_BYTES=banana; every rank joins and reports how
 //                   its init ended
+//   shm-setup       every rank joins and reports how its init ended; VICTIM (-1: none) is killed
+//                   inside the creation of its shared-memory segment, 500 ms after reserving it
+//                   (fallocate_fault.cpp), leaving the segment's name in /dev/shm
+//   zero-copy-death every rank allreduces 256K floats in chorusMemAlloc buffers; VICTIM is killed
+//                   as it maps its peers' buffers, which the others map 300 ms later
+//                   (fallocate_fault.cpp): they find it dead
 //   serve-id        makes a unique id, prints it in hex and serves its store for VICTIM seconds
 //   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
 //                   init ended (the driver points the id at a dead, silent or foreign server).
@@ -49,6 +55,9 @@
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
 #include "chorus/store.hpp"
+
+void armFallocateFault(long delayMs);  // fallocate_fault.cpp
+void armPeerBufferFault(bool die);
 
 namespace {
 
@@ -204,28 +213,39 @@ int main(int argc, char** argv) {
     report(r, elapsed, nullptr, chorusGetLastError(nullptr));
     return 0;
   }
-  if (mode == "mismatch-count" || mode == "mismatch-kind") {
+  if (mode == "mismatch-count" || mode == "mismatch-kind" || mode == "zero-copy-death") {
     chorusComm_t comm = nullptr;
     if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    if (mode == "zero-copy-death") armPeerBufferFault(myRank == victim);
     const size_t count = size_t{256} << 10;
     float* buf = nullptr;
     if (chorusMemAlloc(reinterpret_cast<void**>(&buf), 2 * count * sizeof(float)) != chorusSuccess) return 2;
     for (size_t i = 0; i < 2 * count; ++i) buf[i] = 1.0f;
     auto t0 = Clock::now();
     chorusResult_t r;
-    if (myRank == victim && mode == "mismatch-kind")
+    const bool mismatch = myRank == victim && mode != "zero-copy-death";
+    if (mismatch && mode == "mismatch-kind")
       r = chorusBroadcast(buf, buf, count, chorusFloat32, 0, comm, nullptr);
     else
-      r = chorusAllReduce(buf, buf, myRank == victim ? 2 * count : count, chorusFloat32, chorusSum, comm,
-                          nullptr);
+      r = chorusAllReduce(buf, buf, mismatch ? 2 * count : count, chorusFloat32, chorusSum, comm, nullptr);
     long long elapsed = msSince(t0);
     if (r == chorusSuccess) {
-      std::fprintf(stderr, "rank %d: mismatched call succeeded\n", myRank);
+      std::fprintf(stderr, "rank %d: %s: the allreduce succeeded\n", myRank, mode.c_str());
       return 3;
     }
     report(r, elapsed, comm, chorusGetLastError(comm));
     chorusCommDestroy(comm);
     chorusMemFree(buf);
+    return 0;
+  }
+  if (mode == "shm-setup") {
+    if (myRank == victim) armFallocateFault(500);
+    chorusComm_t comm = nullptr;
+    auto t0 = Clock::now();
+    chorusResult_t r = chorusCommInitFromEnv(&comm);
+    long long elapsed = msSince(t0);
+    report(r, elapsed, nullptr, r == chorusSuccess ? "" : chorusGetLastError(nullptr));
+    if (comm) chorusCommDestroy(comm);
     return 0;
   }
   if (mode == "serve-id") {

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -298,6 +300,142 @@ TEST_F(Fault, KillDashNineBeforeInit_MessageNamesMissingRank) {
   }
 }
 
+// ---- Shared-memory set-up faults: nothing is left in /dev/shm ---------------------------------------
+
+// /dev/shm entries whose name says process `pid` created them.
+std::vector<std::string> shmFilesOf(pid_t pid) {
+  std::vector<std::string> found;
+  const std::string tail = "-p" + std::to_string(pid);
+  for (const auto& n : chorusShmFiles()) {
+    if (n.size() > tail.size() && n.compare(n.size() - tail.size(), tail.size(), tail) == 0)
+      found.push_back(n);
+  }
+  return found;
+}
+
+// Rank 1 of 3 is killed inside the creation of its segment, after reserving it (its name is in
+// /dev/shm) and while the others wait for it: they stop at once (CHORUS_TIMEOUT is 30 s) naming
+// rank 1 as dead, and its segment is gone: a survivor removed it.
+TEST_F(Fault, KillDashNineInsideShmSetup_PeersNameItAndItsSegmentIsRemoved) {
+  TempDir dir("fault-out");
+  auto procs = runFaultJob("shm-setup", "30", dir);
+  EXPECT_TRUE(procs[1].killedBy(SIGKILL)) << "victim: " << procs[1].describe();
+  for (int r : {0, 2}) {
+    const Process& p = procs[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+    auto rep = parseReport(p.out());
+    ASSERT_TRUE(rep.has_value()) << p.describe();
+    EXPECT_EQ(rep->result, chorusRemoteError) << rep->message;
+    EXPECT_LT(rep->elapsedMs, 500 + 3000) << "the death was waited out: " << rep->message;
+    EXPECT_TRUE(namesRank(rep->message, 1)) << rep->message;
+    EXPECT_TRUE(contains(rep->message, "died")) << rep->message;
+  }
+  EXPECT_TRUE(shmFilesOf(procs[1].pid).empty()) << "rank 1's segment is still in /dev/shm";
+}
+
+// A segment left by a process that has exited (a whole job killed during set-up, with no survivor
+// and no chorusrun) is removed by the next communicator created on the machine; one whose creator
+// still runs is left alone.
+TEST_F(Fault, OrphanSegment_RemovedByTheNextCommunicator) {
+  pid_t gone = fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  struct stat ns {};
+  ASSERT_EQ(stat("/proc/self/ns/pid", &ns), 0);
+  const std::string suffix = "-0-n" + std::to_string(ns.st_ino) + "-p";
+  const std::string orphan = "chorus-orphantest" + suffix + std::to_string(gone);
+  const std::string alive = "chorus-alivetest" + suffix + "1";  // pid 1 runs as long as the machine
+  for (const auto& n : {orphan, alive}) {
+    std::ofstream("/dev/shm/" + n) << "x";
+    ASSERT_TRUE(std::filesystem::exists("/dev/shm/" + n)) << n;
+  }
+  {
+    Config config;
+    config.timeout = 10s;
+    auto comms = Communicator::createLocal(2, config);
+  }
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + orphan)) << "the orphan was not removed";
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm/" + alive)) << "a live process's segment was removed";
+  std::filesystem::remove("/dev/shm/" + alive);
+}
+
+// Runs `command` in a private mount namespace whose /dev/shm is a fresh tmpfs of `size` (unshare -m),
+// then prints "left: <names>" of what is in that /dev/shm afterwards; exits with the command's status.
+std::optional<Process> spawnWithPrivateShm(const std::string& size, const std::vector<std::string>& command,
+                                           const Env& env, const TempDir& dir) {
+  const std::string script = "mount -t tmpfs -o size=" + size +
+                             " chorus-test-shm /dev/shm || exit 99; \"$@\"; rc=$?; echo \"left: $(ls "
+                             "/dev/shm | tr '\\n' ' ')\"; exit $rc";
+  std::vector<std::string> argv{"/usr/bin/unshare", "-m", "/bin/sh", "-c", script, "sh"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  if (access(argv[0].c_str(), X_OK) != 0) return std::nullopt;
+  std::vector<Process> probe{
+      spawn({"/usr/bin/unshare", "-m", "/bin/sh", "-c", "mount -t tmpfs -o size=1m t /dev/shm"}, baseEnv(),
+            dir.path(), "probe")};
+  if (!waitAll(probe, 30s) || !probe[0].exitedWith(0)) return std::nullopt;
+  return spawn(argv, env, dir.path(), "job");
+}
+
+// What the private /dev/shm held after the job ("left: ..."), or "?" if the line is missing.
+std::string leftInPrivateShm(const Process& p) {
+  const std::string out = p.out();
+  const size_t at = out.rfind("left: ");
+  if (at == std::string::npos) return "?";
+  std::string left = out.substr(at + 6);
+  while (!left.empty() && (left.back() == '\n' || left.back() == ' ')) left.pop_back();
+  return left;
+}
+
+// Under chorusrun, rank 1 of 4 is killed inside its segment's creation; chorusrun stops the others
+// (SIGTERM) while they wait in set-up, before any could unlink its segment. Then chorusrun removes
+// what they left: the job's private /dev/shm is empty.
+TEST(ShmSetupFaults, KillDashNineInsideSetupUnderChorusrun_NothingLeft) {
+  TempDir dir("shm-ns");
+  Env env = baseEnv();
+  env["CHORUS_TIMEOUT"] = "30";
+  auto job =
+      spawnWithPrivateShm("64m", {CHORUSRUN, "-n", "4", FAULT_RANK_PROGRAM, "shm-setup", "1"}, env, dir);
+  if (!job) GTEST_SKIP() << "cannot mount a tmpfs on /dev/shm in a private mount namespace here (unshare -m)";
+  std::vector<Process> procs{*job};
+  ASSERT_TRUE(waitAll(procs, 60s)) << procs[0].describe();
+  EXPECT_FALSE(procs[0].exitedWith(0)) << procs[0].describe();
+  EXPECT_TRUE(contains(procs[0].err(), "rank 1")) << procs[0].describe();
+  EXPECT_EQ(leftInPrivateShm(procs[0]), "") << procs[0].describe();
+}
+
+// A /dev/shm with room for 2 of 4 segments: the 2 ranks that do not fit fail with a message saying
+// so, the 2 that fit stop at once with that message (not after CHORUS_TIMEOUT, 30 s), and the
+// segments of those that fit are gone: the next job finds the same room.
+TEST(ShmSetupFaults, DevShmTooSmallForSomeRanks_AllStopAtOnceNothingLeft) {
+  TempDir dir("shm-ns");
+  Env env = baseEnv();
+  env["CHORUS_TIMEOUT"] = "30";
+  env["CHORUS_SHM_STAGE_BYTES"] = "4194304";  // + 4 FIFOs of 256 KiB: ~5 MiB a segment
+  env["CHORUS_SHM_FIFO_BYTES"] = "262144";
+  auto job =
+      spawnWithPrivateShm("12m", {CHORUSRUN, "-n", "4", FAULT_RANK_PROGRAM, "shm-setup", "-1"}, env, dir);
+  if (!job) GTEST_SKIP() << "cannot mount a tmpfs on /dev/shm in a private mount namespace here (unshare -m)";
+  std::vector<Process> procs{*job};
+  ASSERT_TRUE(waitAll(procs, 60s)) << procs[0].describe();
+  ASSERT_TRUE(procs[0].exitedWith(0)) << procs[0].describe();
+  const std::string out = procs[0].out();
+  int reports = 0, tooSmall = 0;
+  for (size_t at = out.find("result="); at != std::string::npos; at = out.find("result=", at + 1)) {
+    auto rep = parseReport(out.substr(at));
+    ASSERT_TRUE(rep.has_value()) << out;
+    ++reports;
+    EXPECT_NE(rep->result, chorusSuccess) << rep->message;
+    EXPECT_LT(rep->elapsedMs, 5000) << "waited for a rank that had failed: " << rep->message;
+    EXPECT_TRUE(contains(rep->message, "/dev/shm")) << rep->message;
+    if (rep->result == chorusSystemError) ++tooSmall;
+  }
+  EXPECT_EQ(reports, 4) << out;
+  EXPECT_EQ(tooSmall, 2) << "two segments fit, two do not: " << out;
+  EXPECT_EQ(leftInPrivateShm(procs[0]), "") << out;
+}
+
 // ---- Thread-rank faults -----------------------------------------------------------------------------
 
 struct Outcome {
@@ -445,6 +583,27 @@ TEST_F(Fault, MismatchedCountOnMemAllocBuffers_NamedErrorNotCrash) {
 
 TEST_F(Fault, MismatchedKindOnMemAllocBuffers_NamedErrorNotCrash) {
   expectMismatchNamed("mismatch-kind", "broadcast");
+}
+
+// Rank 1 is killed on the zero-copy path after the buffer exchange, as it maps its peers' buffers;
+// ranks 0 and 2 then cannot map rank 1's: they say it died (chorusRemoteError), where they used to
+// blame permissions or /proc's hidepid (chorusSystemError).
+TEST_F(Fault, KillDashNineZeroCopyPeer_NamedAsDeadNotAsPermissions) {
+  TempDir dir("zero-copy-death");
+  TempDir store("zero-copy-store");
+  std::vector<Process> procs =
+      startFaultRanks("zero-copy-death", store, dir, {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}});
+  std::vector<Process> survivors{procs[0], procs[2]};
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(survivors);
+  std::vector<Process> victim{procs[1]};
+  ASSERT_TRUE(waitAll(victim, 10s));
+  EXPECT_TRUE(victim[0].killedBy(SIGKILL)) << victim[0].describe();
+  for (const auto& rep : reports) {
+    ASSERT_TRUE(rep.has_value());
+    EXPECT_EQ(rep->result, chorusRemoteError) << rep->message;
+    EXPECT_TRUE(namesRank(rep->message, 1) && contains(rep->message, "died")) << rep->message;
+    EXPECT_FALSE(contains(rep->message, "hidepid")) << rep->message;
+  }
 }
 
 // A malformed setting on rank 1 only: rank 1 fails at once naming it, and publishes its failure,

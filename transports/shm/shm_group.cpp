@@ -4,8 +4,10 @@
 #include <new>
 
 #include "bootstrap/rank_wait.hpp"
+#include "bootstrap/watched_store.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "transports/shm/shm_names.hpp"
 
 namespace chorus::transport {
 
@@ -51,35 +53,15 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
   const size_t fifoSlot = sizeof(FifoControl) + fifoBytes_;
   const size_t fifoRegion = nranks > 1 ? fifoSlot * static_cast<size_t>(nranks) : 0;
   segmentBytes_ = kHeaderBytes + fifoRegion + 2 * stageHalf_;
-  auto nameOf = [&](int r) { return strCat("/chorus-", options.jobTag, "-", r); };
-
-  segments_.resize(static_cast<size_t>(nranks));
-  segments_[static_cast<size_t>(rank)] = ShmSegment::create(nameOf(rank), segmentBytes_);
-  auto* own = static_cast<Header*>(segments_[static_cast<size_t>(rank)].data());
-  new (own) Header{};
-  own->magic = kMagic;
-  own->rank = rank;
-  own->nranks = nranks;
-  own->fifoBytes = fifoBytes_;
-  own->stageBytes = 2 * stageHalf_;
-  // FIFO control words start at zero: the segment is fresh from posix_fallocate (zero-filled).
-
-  const std::string keyBase = "shm/";
-  store.setString(strCat(keyBase, "created/", rank), "1");
-  waitForRanks(store, keyBase + "created/", nranks, rank, options.timeout, "shared-memory setup");
-  for (int r = 0; r < nranks; ++r) {
-    if (r == rank) continue;
-    segments_[static_cast<size_t>(r)] = ShmSegment::open(nameOf(r), segmentBytes_);
-    Header* h = header(r);
-    if (h->magic != kMagic || h->rank != r || h->nranks != nranks) {
-      fail(chorusInternalError, strCat("rank ", rank, ": shared memory segment ", nameOf(r),
-                                       " does not belong to rank ", r, " of this communicator"));
-    }
+  try {
+    mapSegments(store, options);
+  } catch (...) {
+    // Our own segment goes with segments_; those of peers that died before unlinking theirs (or
+    // were killed by the launcher meanwhile) go too: nothing of a failed set-up stays in /dev/shm.
+    segments_.clear();
+    removeOrphanSegments();
+    throw;
   }
-  // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
-  store.setString(strCat(keyBase, "mapped/", rank), "1");
-  waitForRanks(store, keyBase + "mapped/", nranks, rank, options.timeout, "shared-memory setup");
-  segments_[static_cast<size_t>(rank)].unlink();
 
   sendPipes_.resize(static_cast<size_t>(nranks));
   recvPipes_.resize(static_cast<size_t>(nranks));
@@ -99,6 +81,66 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
   }
   logInfo(Subsys::Shm, "rank ", rank, ": shared memory ready, ", nranks, " segments of ",
           formatBytes(segmentBytes_));
+}
+
+void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
+  const int rank = rank_, nranks = nranks_;
+  // Segments whose creator died before unlinking them (a job killed during set-up) go first.
+  if (int removed = removeOrphanSegments(); removed > 0) {
+    logInfo(Subsys::Shm, "rank ", rank, ": removed ", removed,
+            " shared memory segment(s) left in /dev/shm by processes that exited");
+  }
+  // While waiting for the peers, a peer process that exits stops the wait at once.
+  const auto watchPeers = [&] {
+    for (int r = 0; r < nranks; ++r) {
+      const int pid =
+          r < static_cast<int>(options.peerPids.size()) ? options.peerPids[static_cast<size_t>(r)] : 0;
+      if (r != rank && pid > 0 && processGone(pid)) {
+        // A peer that failed publishes why before it exits: its report names the cause.
+        throwIfPeerFailed(store);
+        fail(chorusRemoteError, strCat("rank ", rank, ": shared-memory setup stopped: rank ", r, " (pid ",
+                                       pid, ") died before every rank had mapped every segment"));
+      }
+    }
+  };
+  const std::string own = segmentName(options.jobTag, rank);
+  segments_.resize(static_cast<size_t>(nranks));
+  try {
+    segments_[static_cast<size_t>(rank)] = ShmSegment::create(own, segmentBytes_);
+  } catch (const Error& e) {
+    fail(e.code(), strCat("rank ", rank, ": ", e.what()));
+  }
+  auto* ownHeader = static_cast<Header*>(segments_[static_cast<size_t>(rank)].data());
+  new (ownHeader) Header{};
+  ownHeader->magic = kMagic;
+  ownHeader->rank = rank;
+  ownHeader->nranks = nranks;
+  ownHeader->fifoBytes = fifoBytes_;
+  ownHeader->stageBytes = 2 * stageHalf_;
+  // FIFO control words start at zero: the segment is fresh from posix_fallocate (zero-filled).
+
+  const std::string keyBase = "shm/";
+  store.setString(strCat(keyBase, "created/", rank), own);
+  waitForRanks(store, keyBase + "created/", nranks, rank, options.timeout, "shared-memory setup", watchPeers);
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    const std::string name = store.getString(strCat(keyBase, "created/", r), options.timeout);
+    try {
+      segments_[static_cast<size_t>(r)] = ShmSegment::open(name, segmentBytes_);
+    } catch (const Error&) {
+      watchPeers();  // a peer that died (and whose segment is gone) is named as such
+      throw;
+    }
+    Header* h = header(r);
+    if (h->magic != kMagic || h->rank != r || h->nranks != nranks) {
+      fail(chorusInternalError, strCat("rank ", rank, ": shared memory segment ", name,
+                                       " does not belong to rank ", r, " of this communicator"));
+    }
+  }
+  // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
+  store.setString(strCat(keyBase, "mapped/", rank), "1");
+  waitForRanks(store, keyBase + "mapped/", nranks, rank, options.timeout, "shared-memory setup", watchPeers);
+  segments_[static_cast<size_t>(rank)].unlink();
 }
 
 ShmGroup::~ShmGroup() = default;

@@ -9,6 +9,7 @@
 //   - the staging area for direct algorithms, in two halves used alternately.
 // Segments are created and reserved, announced through the store, mapped by every peer, then
 // unlinked once all ranks have mapped them: after init nothing of the job is left in /dev/shm.
+// A set-up that fails, or whose creator dies before unlinking, leaves nothing either (shm_names.hpp).
 #pragma once
 
 #include <atomic>
@@ -43,6 +44,9 @@ struct ShmGroupOptions {
   size_t fifoBytes = 0;
   size_t stageBytes = 0;
   std::chrono::milliseconds timeout{0};
+  /// By group rank: the process id of each peer whose liveness this process can watch (same pid
+  /// namespace, another process), else 0. A peer that exits during set-up stops it at once.
+  std::vector<int> peerPids;
 };
 
 class ShmGroup {
@@ -113,6 +117,8 @@ class ShmGroup {
  private:
   struct Header;
   Header* header(int r) const;
+  // Creates this rank's segment, maps every peer's, and unlinks ours once all have mapped all.
+  void mapSegments(Store& store, const ShmGroupOptions& options);
 
   int rank_;
   int nranks_;

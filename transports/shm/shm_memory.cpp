@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "transports/shm/shm_names.hpp"
 
 namespace chorus::transport {
 
@@ -134,6 +135,9 @@ std::byte* PeerMappings::map(const SharedBufferRef& ref, int peerRank) {
     return strCat("cannot map rank ", peerRank, "'s chorusMemAlloc buffer (", path, ")");
   };
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0 && processGone(ref.pid)) {
+    fail(chorusRemoteError, strCat(what(), ": rank ", peerRank, " (pid ", ref.pid, ") died"));
+  }
   if (fd < 0) {
     fail(chorusSystemError, strCat(what(), ": ", std::strerror(errno),
                                    " (processes of different users, or /proc mounted with hidepid? "

@@ -1,0 +1,70 @@
+// A fault inside shared-memory set-up, without a hook in the library: fault_rank_program defines
+// posix_fallocate, which the statically linked library calls right after creating its segment's
+// name in /dev/shm. Once armed, the call reserves the pages, waits `delay` ms (the peers create
+// theirs meanwhile and wait for this rank) and kills the process: the segment is left in
+// /dev/shm, as by a rank killed between creating its segment and every rank mapping it.
+// No system header declares posix_fallocate here, so this definition is the only one in sight.
+//
+// open() is defined here too, for a peer that dies in the zero-copy path: once armed, opening a
+// peer's chorusMemAlloc buffer (/proc/<pid>/fd/<n>) kills this process (the victim) or first waits
+// 300 ms (the others), so the others look for the victim's buffer after it has died.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstring>
+
+namespace {
+std::atomic<long> armedDelayMs{-1};
+std::atomic<int> openFault{0};  // 0: none, 1: die, 2: wait 300 ms first
+
+void sleepMs(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, nullptr);
+}
+
+template <typename Fn>
+int faultyOpen(const char* name, const char* path, int flags, va_list args) {
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+  const mode_t mode = (flags & 0100 /* O_CREAT */) ? static_cast<mode_t>(va_arg(args, int)) : 0;
+  if (const int f = openFault.load();
+      f != 0 && std::strncmp(path, "/proc/", 6) == 0 && std::strstr(path, "/fd/") != nullptr) {
+    if (f == 1) raise(SIGKILL);
+    sleepMs(300);
+  }
+  return real(path, flags, mode);
+}
+}  // namespace
+
+void armFallocateFault(long delayMs) { armedDelayMs.store(delayMs); }
+void armPeerBufferFault(bool die) { openFault.store(die ? 1 : 2); }
+
+extern "C" int open(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const int fd = faultyOpen<int (*)(const char*, int, ...)>("open", path, flags, args);
+  va_end(args);
+  return fd;
+}
+
+extern "C" int open64(const char* path, int flags, ...) {
+  va_list args;
+  va_start(args, flags);
+  const int fd = faultyOpen<int (*)(const char*, int, ...)>("open64", path, flags, args);
+  va_end(args);
+  return fd;
+}
+
+extern "C" int posix_fallocate(int fd, off_t offset, off_t len) {
+  using Fn = int (*)(int, off_t, off_t);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "posix_fallocate"));
+  const int rc = real(fd, offset, len);
+  if (const long delay = armedDelayMs.exchange(-1); delay >= 0) {
+    sleepMs(delay);
+    raise(SIGKILL);
+  }
+  return rc;
+}
