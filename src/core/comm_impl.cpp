@@ -423,6 +423,47 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
   }
 }
 
+namespace {
+
+// What must agree between the ranks of one collective call: kind, count, type, op, root.
+transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
+  transport::CallFingerprint f;
+  f.seq = seq;
+  f.kind = static_cast<int32_t>(o.kind);
+  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
+  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
+  bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
+  f.op = reducing ? static_cast<int32_t>(o.op) : 0;
+  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
+  return f;
+}
+
+std::string describeCall(const transport::CallFingerprint& f) {
+  auto kind = static_cast<OpKind>(f.kind);
+  bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
+  return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
+                dataTypeName(static_cast<DataType>(f.type)),
+                reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
+                f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
+}
+
+// A 64-bit hash of the call: low-latency messages carry it whole.
+uint64_t callHash(const transport::CallFingerprint& f) {
+  uint64_t h = f.seq * 0x9E3779B97F4A7C15ull;
+  for (uint64_t v :
+       {f.count, uint64_t{static_cast<uint32_t>(f.kind)}, uint64_t{static_cast<uint32_t>(f.type)},
+        uint64_t{static_cast<uint32_t>(f.op)}, uint64_t{static_cast<uint32_t>(f.root)}}) {
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+// 16 bits of it (never kPointToPointTag): every pipe message's tag, and every sync flag's.
+uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
+
+}  // namespace
+
 void CommImpl::executeLocally(const Op& op) {
   // One rank: every collective is a copy (Avg divides by 1).
   size_t bytes = op.messageBytes();
@@ -444,7 +485,12 @@ void CommImpl::executeLocally(const Op& op) {
 
 void CommImpl::executeCollective(const Op& op) {
   ++collSeq_;
-  tag_ = static_cast<uint16_t>(collSeq_ % 0xFFFF);
+  // What this call is travels with it: its hash is every message's tag (the pipes compare it, on
+  // shared memory and over the network), and on shared memory the call itself is published for
+  // the first synchronisation to compare (verifyPeerCalls).
+  call_ = fingerprintOf(op, collSeq_);
+  callHash_ = callHash(call_);
+  tag_ = callTag(callHash_);
   if (size_ == 1) {
     curOp_ = &op;
     curAlgo_ = nullptr;
@@ -475,54 +521,42 @@ void CommImpl::executeCollective(const Op& op) {
   if (FlightEntry* e = flight_.begin(opStart_)) {
     *e = FlightEntry{collSeq_, op.kind, op.count, op.type, op.op, op.root, algorithm->name, opStart_};
   }
-  if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), false);
-  if (config_.checkCalls && shm_) checkCallsMatch(op);
+  if (shm_) {
+    shm_->publishFingerprint(call_);
+    shm_->publishProgress(collSeq_, static_cast<int>(op.kind), false);
+  }
+  if (config_.checkCalls && shm_) checkCallsMatch();
   algorithm->run(*this, op);
   flight_.end(chorusSuccess);
   if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), true);
 }
 
-namespace {
-
-// What must agree between the ranks of one collective call: kind, count, type, op, root.
-transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
-  transport::CallFingerprint f;
-  f.seq = seq;
-  f.kind = static_cast<int32_t>(o.kind);
-  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
-  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-  bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
-  f.op = reducing ? static_cast<int32_t>(o.op) : 0;
-  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
-  return f;
-}
-
-std::string describeCall(const transport::CallFingerprint& f) {
-  auto kind = static_cast<OpKind>(f.kind);
-  bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
-  return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
-                dataTypeName(static_cast<DataType>(f.type)),
-                reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
-                f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
-}
-
-}  // namespace
-
-// Check mode: every rank publishes what it is about to call, all synchronise, and each compares.
-void CommImpl::checkCallsMatch(const Op& op) {
-  const transport::CallFingerprint mine = fingerprintOf(op, collSeq_);
-  shm_->publishFingerprint(mine);
+// Check mode: every collective synchronises first, and so compares every rank's call.
+void CommImpl::checkCallsMatch() {
   syncAll();
+  verifyPeerCalls(" (CHORUS_CHECK)", true);
+}
+
+// After a synchronisation with every rank in this call: each published its call before, and a
+// mismatch is an error naming both. A peer's slot that holds another call means either that it ran
+// two calls ahead (it can, where it waits for nobody: nothing to tell) or that it has not yet started
+// this call although it synchronised with this rank (its calls differ: an error too).
+void CommImpl::verifyPeerCalls(const char* how, bool allArrived) {
   std::string differ;
   for (int r = 0; r < size_; ++r) {
-    transport::CallFingerprint theirs = shm_->fingerprint(r, collSeq_);
-    if (!(theirs == mine))
-      differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", describeCall(theirs));
+    if (r == rank_) continue;
+    transport::CallFingerprint theirs;
+    if (shm_->fingerprint(r, collSeq_, &theirs)) {
+      if (!(theirs == call_))
+        differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", describeCall(theirs));
+    } else if (allArrived && theirs.seq != 0 && theirs.seq < collSeq_) {
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " was still in call #", theirs.seq + 1,
+                       " or before");
+    }
   }
   if (!differ.empty()) {
-    fail(chorusInvalidUsage,
-         strCat("rank ", rank_, ": collective call mismatch (CHORUS_CHECK): this rank called ",
-                describeCall(mine), " but ", differ));
+    fail(chorusInvalidUsage, strCat("rank ", rank_, ": collective call mismatch", how, ": this rank called ",
+                                    describeCall(call_), " but ", differ));
   }
 }
 
@@ -532,28 +566,37 @@ engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();
-  if (!net_) {
-    engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
-    return;
-  }
   try {
     engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
   } catch (const transport::PeerError& e) {
     // The transport names the peer; the operation is named here.
     fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
+  } catch (const Error& e) {
+    // A message of another call (its tag or length differ): on shared memory, the sender's
+    // published call names what it called.
+    if (e.code() == chorusInvalidUsage && shm_ && curOp_) verifyPeerCalls("", false);
+    throw;
   }
 }
 
 void CommImpl::syncAll() {
   const uint64_t target = ++syncCounter_;
   tsanReleaseShm();
-  shm_->setSyncFlag(target);
+  shm_->setSyncFlag(target, tag_);
   engine::Waiter waiter = makeWaiter();
-  int next = 0;  // ranks below `next` have arrived
+  int next = 0;    // ranks below `next` have arrived
+  int other = -1;  // a rank that arrived from another call (its flag carries another tag)
   for (;;) {
-    while (next < size_ && shm_->syncFlag(next) >= target) ++next;
+    while (next < size_) {
+      uint16_t tag;
+      const uint64_t flag = shm_->syncFlag(next, &tag);
+      if (flag < target) break;
+      if (flag == target && tag != tag_) other = next;
+      ++next;
+    }
     if (next == size_) {
       tsanAcquireShm();
+      if (other >= 0) callMismatch(other);
       return;
     }
     waiter.idle(
@@ -568,14 +611,24 @@ void CommImpl::syncAll() {
   }
 }
 
+// Rank `peer` synchronised, or sent a message, from another call than this rank's: an error naming
+// both calls where the peers' published calls tell them.
+void CommImpl::callMismatch(int peer) {
+  if (curOp_) verifyPeerCalls("", true);
+  fail(chorusInvalidUsage,
+       strCat("rank ", rank_, ": collective call mismatch: this rank called ",
+              curOp_ ? describeCall(call_) : opWhat(), " but rank ", peer, " is in another call"));
+}
+
 void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = ++llSeq_;
   const int slot = static_cast<int>(seq & 1);
   tsanReleaseShm();
-  shm_->llPublish(slot, seq, mine, bytes);
+  shm_->llPublish(slot, seq, callHash_, mine, bytes);
   std::byte* own = out + static_cast<size_t>(rank_) * bytes;
   if (own != mine && bytes) std::memcpy(own, mine, bytes);
   engine::Waiter waiter = makeWaiter();
+  int other = -1;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     while (!shm_->llArrived(r, slot, seq, bytes)) {
@@ -591,8 +644,9 @@ void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
           [&](int k) { return k >= r && k != rank_ && !shm_->llArrived(k, slot, seq, bytes); });
     }
     tsanAcquireShm();
-    shm_->llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes);
+    if (shm_->llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != callHash_) other = r;
   }
+  if (other >= 0) callMismatch(other);
 }
 
 bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
@@ -604,8 +658,7 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
   if (recvBytes) r = transport::findShared(recv, recvBytes);
   // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
   // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
-  const transport::CallFingerprint call =
-      curOp_ ? fingerprintOf(*curOp_, collSeq_) : transport::CallFingerprint{};
+  const transport::CallFingerprint call = curOp_ ? call_ : transport::CallFingerprint{};
   shm_->publishBuffers(seq, s, r, (!sendBytes || s.valid()) && (!recvBytes || r.valid()), call);
   syncAll();
   std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(size_)), recvs(sends.size());

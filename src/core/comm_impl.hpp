@@ -157,7 +157,11 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void executeGroup(std::span<const Op> ops);
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
-  void checkCallsMatch(const Op& op);
+  void checkCallsMatch();
+  // Compares the peers' published calls with call_ and fails naming those that differ; with
+  // `allArrived` (after a synchronisation with every rank), a peer not yet in this call differs too.
+  void verifyPeerCalls(const char* how, bool allArrived);
+  [[noreturn]] void callMismatch(int peer);
   void markFailed(chorusResult_t code, const std::string& message);
   void workerLoop();
   engine::Waiter makeWaiter();
@@ -193,6 +197,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   uint64_t llSeq_ = 0;
   uint64_t bufferSeq_ = 0;
   uint16_t tag_ = 0;
+  transport::CallFingerprint call_;      // the collective being run
+  uint64_t callHash_ = 0;                // its hash (tag_ is 16 bits of it)
   engine::Clock::time_point opStart_{};  // when the running group of operations began
   engine::Clock::time_point opDeadline_{};
   std::chrono::milliseconds opTimeout_{0};  // what opDeadline_ is after opStart_

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -950,9 +951,9 @@ namespace {
 
 // Runs `call(rank, comm)` on every thread rank of a check-mode communicator and returns each outcome.
 template <typename Call>
-std::vector<Outcome> runMismatch(int n, Call call) {
+std::vector<Outcome> runMismatch(int n, Call call, bool checkMode = true) {
   Config config = shortTimeout(10s);
-  config.checkCalls = true;
+  config.checkCalls = checkMode;
   auto comms = Communicator::createLocal(n, config);
   std::vector<Outcome> outcomes(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -1004,6 +1005,73 @@ TEST_F(Fault, MismatchedCollective_NamedErrorNotHang) {
   EXPECT_TRUE(contains(outcomes[0].message, "broadcast")) << outcomes[0].message;
   EXPECT_TRUE(contains(outcomes[1].message, "allreduce")) << outcomes[1].message;
   for (const Outcome& o : outcomes) EXPECT_EQ(o.code, chorusInvalidUsage) << o.message;
+}
+
+// Without check mode (the default), mismatched calls are still errors, never a silent success: the
+// call travels with every message (its hash is the tag) and with the first synchronisation (its
+// fingerprint in shared memory). One rank differs in count, kind, type, op or root, over each
+// path: low-latency lines (8 B), staged direct (4 KiB), ring/pipes and staging (1 MiB). Every
+// rank fails well before the timeout (10 s), and each message says what the calls were.
+TEST_F(Fault, MismatchedCallsWithoutCheckMode_ErrorsNotSilentResults) {
+  struct Case {
+    const char* what;
+    size_t count;
+    std::function<void(int, Communicator&, std::vector<float>&)> call;
+    const char* named;  // what some rank's message must name of the odd call
+  };
+  auto allReduce = [](size_t count, int odd, size_t oddCount, ReduceOp oddOp = ReduceOp::Sum) {
+    return [=](int r, Communicator& c, std::vector<float>& buf) {
+      c.allReduce(buf.data(), buf.data(), r == odd ? oddCount : count, DataType::Float32,
+                  r == odd ? oddOp : ReduceOp::Sum);
+    };
+  };
+  const std::vector<Case> cases = {
+      {"count 1000 vs 2000", 1000, allReduce(1000, 1, 2000), "count 2000"},
+      {"count 2 vs 1 (8 B)", 2, allReduce(2, 1, 1), "count 1"},
+      {"op sum vs max, 1 MiB", 262144, allReduce(262144, 2, 262144, ReduceOp::Max), "max"},
+      {"broadcast vs allreduce, 1024", 1024,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         if (r == 1) {
+           c.broadcast(buf.data(), buf.data(), 1024, DataType::Float32, 0);
+         } else {
+           c.allReduce(buf.data(), buf.data(), 1024, DataType::Float32, ReduceOp::Sum);
+         }
+       },
+       "broadcast"},
+      {"broadcast root 0 vs 1, 1 MiB", 262144,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.broadcast(buf.data(), buf.data(), buf.size(), DataType::Float32, r == 2 ? 1 : 0);
+       },
+       "root 1"},
+      {"float32 vs int32 allgather", 1024,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.allGather(buf.data(), buf.data() + 1024, 1024, r == 0 ? DataType::Int32 : DataType::Float32);
+       },
+       "int32"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const auto start = Clock::now();
+    auto outcomes = runMismatch(
+        3,
+        [&](int r, Communicator& c) {
+          std::vector<float> buf(k.count * 4, 1.0f);
+          k.call(r, c, buf);
+        },
+        false);
+    EXPECT_LT(msBetween(start, Clock::now()), 5000) << "a rank waited for the timeout";
+    bool named = false;
+    for (int r = 0; r < 3; ++r) {
+      const Outcome& o = outcomes[static_cast<size_t>(r)];
+      ASSERT_TRUE(o.threw) << "rank " << r << " returned success from a mismatched call";
+      EXPECT_TRUE(o.code == chorusInvalidUsage || o.code == chorusRemoteError) << o.message;
+      EXPECT_TRUE(contains(o.message, "mismatch") || contains(o.message, "different operations"))
+          << "rank " << r << ": " << o.message;
+      named = named || contains(o.message, k.named);
+    }
+    EXPECT_TRUE(named) << "no rank named the odd call (" << k.named << "): " << outcomes[0].message << " | "
+                       << outcomes[1].message << " | " << outcomes[2].message;
+  }
 }
 
 // Check mode changes nothing when the calls agree.

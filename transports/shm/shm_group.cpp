@@ -28,7 +28,14 @@ struct ShmGroup::Header {
   std::atomic<int32_t> progressKind;
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
   char failText[kFailTextBytes];
-  CallFingerprint calls[2];
+  // The call this rank is in, by seq parity, written as a seqlock: a reader may race with the
+  // writer (a rank can run ahead by two calls where it waits for nobody) and then sees seq change.
+  struct alignas(64) CallSlot {
+    std::atomic<uint64_t> seq;  // 0 while being written
+    std::atomic<uint64_t> count;
+    std::atomic<uint64_t> kindType;
+    std::atomic<uint64_t> opRoot;
+  } calls[2];
   struct alignas(64) LlLine {
     std::byte payload[kLlLinePayload];
     std::atomic<uint64_t> seq;
@@ -145,11 +152,15 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
 
 ShmGroup::~ShmGroup() = default;
 
-void ShmGroup::setSyncFlag(uint64_t value) {
-  header(rank_)->syncFlag.store(value, std::memory_order_release);
+void ShmGroup::setSyncFlag(uint64_t value, uint16_t call) {
+  header(rank_)->syncFlag.store(value << 16 | call, std::memory_order_release);
 }
 
-uint64_t ShmGroup::syncFlag(int r) const { return header(r)->syncFlag.load(std::memory_order_acquire); }
+uint64_t ShmGroup::syncFlag(int r, uint16_t* call) const {
+  const uint64_t word = header(r)->syncFlag.load(std::memory_order_acquire);
+  if (call) *call = static_cast<uint16_t>(word);
+  return word >> 16;
+}
 
 void ShmGroup::publishProgress(uint64_t seq, int kind, bool done) {
   Header* h = header(rank_);
@@ -174,15 +185,56 @@ void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
                     std::memory_order_release);
 }
 
-void ShmGroup::publishFingerprint(const CallFingerprint& f) { header(rank_)->calls[f.seq & 1] = f; }
+void ShmGroup::publishFingerprint(const CallFingerprint& f) {
+  Header::CallSlot& s = header(rank_)->calls[f.seq & 1];
+  s.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.count.store(f.count, std::memory_order_relaxed);
+  s.kindType.store(uint64_t{static_cast<uint32_t>(f.kind)} << 32 | static_cast<uint32_t>(f.type),
+                   std::memory_order_relaxed);
+  s.opRoot.store(uint64_t{static_cast<uint32_t>(f.op)} << 32 | static_cast<uint32_t>(f.root),
+                 std::memory_order_relaxed);
+  s.seq.store(f.seq, std::memory_order_release);
+}
 
-CallFingerprint ShmGroup::fingerprint(int r, uint64_t seq) const { return header(r)->calls[seq & 1]; }
+bool ShmGroup::fingerprint(int r, uint64_t seq, CallFingerprint* f) const {
+  const Header::CallSlot& s = header(r)->calls[seq & 1];
+  const uint64_t before = s.seq.load(std::memory_order_acquire);
+  f->count = s.count.load(std::memory_order_relaxed);
+  const uint64_t kindType = s.kindType.load(std::memory_order_relaxed);
+  const uint64_t opRoot = s.opRoot.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t after = s.seq.load(std::memory_order_relaxed);
+  f->seq = before;
+  f->kind = static_cast<int32_t>(kindType >> 32);
+  f->type = static_cast<int32_t>(static_cast<uint32_t>(kindType));
+  f->op = static_cast<int32_t>(opRoot >> 32);
+  f->root = static_cast<int32_t>(static_cast<uint32_t>(opRoot));
+  return before == seq && after == before;
+}
 
-void ShmGroup::llPublish(int slot, uint64_t seq, const void* data, size_t bytes) {
+// A message is the 8-byte call word, then the data: line 0 holds the word and 48 data bytes, every
+// later line 56 data bytes.
+namespace {
+constexpr size_t kLlFirstData = ShmGroup::kLlLinePayload - sizeof(uint64_t);
+size_t llLineCount(size_t bytes) {
+  return 1 + (bytes > kLlFirstData
+                  ? (bytes - kLlFirstData + ShmGroup::kLlLinePayload - 1) / ShmGroup::kLlLinePayload
+                  : 0);
+}
+}  // namespace
+
+void ShmGroup::llPublish(int slot, uint64_t seq, uint64_t call, const void* data, size_t bytes) {
   Header::LlLine* lines = header(rank_)->ll[slot & 1];
   const auto* src = static_cast<const std::byte*>(data);
-  for (size_t i = 0; bytes > 0 || i == 0; ++i) {
-    const size_t n = std::min(bytes, kLlLinePayload);
+  size_t n = std::min(bytes, kLlFirstData);
+  std::memcpy(lines[0].payload, &call, sizeof call);
+  if (n) std::memcpy(lines[0].payload + sizeof call, src, n);
+  lines[0].seq.store(seq, std::memory_order_release);
+  src += n;
+  bytes -= n;
+  for (size_t i = 1; bytes > 0; ++i) {
+    n = std::min(bytes, kLlLinePayload);
     std::memcpy(lines[i].payload, src, n);
     lines[i].seq.store(seq, std::memory_order_release);
     src += n;
@@ -192,22 +244,29 @@ void ShmGroup::llPublish(int slot, uint64_t seq, const void* data, size_t bytes)
 
 bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
   const Header::LlLine* lines = header(r)->ll[slot & 1];
-  const size_t count = bytes ? (bytes + kLlLinePayload - 1) / kLlLinePayload : 1;
+  const size_t count = llLineCount(bytes);
   for (size_t i = 0; i < count; ++i) {
     if (lines[i].seq.load(std::memory_order_acquire) != seq) return false;
   }
   return true;
 }
 
-void ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
+uint64_t ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
   const Header::LlLine* lines = header(r)->ll[slot & 1];
   auto* dst = static_cast<std::byte*>(out);
-  for (size_t i = 0; bytes > 0; ++i) {
-    const size_t n = std::min(bytes, kLlLinePayload);
+  uint64_t call;
+  std::memcpy(&call, lines[0].payload, sizeof call);
+  size_t n = std::min(bytes, kLlFirstData);
+  if (n) std::memcpy(dst, lines[0].payload + sizeof call, n);
+  dst += n;
+  bytes -= n;
+  for (size_t i = 1; bytes > 0; ++i) {
+    n = std::min(bytes, kLlLinePayload);
     std::memcpy(dst, lines[i].payload, n);
     dst += n;
     bytes -= n;
   }
+  return call;
 }
 
 void ShmGroup::publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv,

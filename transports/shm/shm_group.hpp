@@ -67,10 +67,11 @@ class ShmGroup {
   std::byte* stage(int r, int half) const { return stages_[static_cast<size_t>(r)] + half * stageHalf_; }
   size_t stageHalfBytes() const { return stageHalf_; }
 
-  /// Publishes this rank's sync counter (release: staged data written before is visible).
-  void setSyncFlag(uint64_t value);
-  /// Reads rank r's sync counter (acquire).
-  uint64_t syncFlag(int r) const;
+  /// Publishes this rank's sync counter (release: staged data written before is visible), and in
+  /// the same word the 16-bit tag of the call it synchronises in.
+  void setSyncFlag(uint64_t value, uint16_t call);
+  /// Reads rank r's sync counter (acquire), and the tag published with it into `*call`.
+  uint64_t syncFlag(int r, uint16_t* call = nullptr) const;
 
   /// Publishes which collective this rank is in (`done` false) or has finished (true). Peers read
   /// it only to report where every rank is when something times out.
@@ -83,23 +84,27 @@ class ShmGroup {
   /// A peer that published a failure: its rank (and code and text), or -1.
   int findPeerFailure(chorusResult_t* code, std::string* text) const;
 
-  /// Publishes this rank's next call (visible to peers after the next setSyncFlag). Two slots,
-  /// by seq parity: a rank can only reach call seq+2 after every rank compared call seq.
+  /// Publishes the call this rank is entering (visible to a peer once it has synchronised with this
+  /// rank in that call). Two slots, by seq parity.
   void publishFingerprint(const CallFingerprint& f);
-  CallFingerprint fingerprint(int r, uint64_t seq) const;
+  /// Rank r's published call `seq` into `*f`; false if its slot holds another call (or was being
+  /// rewritten: r ran two calls ahead), `f->seq` then being what the slot held.
+  bool fingerprint(int r, uint64_t seq, CallFingerprint* f) const;
 
   /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line, in two
   /// slots per rank used alternately (a rank can only write slot s again after every rank has
   /// read it: it must first have read every rank's next message, in the other slot).
   static constexpr size_t kLlLinePayload = 56;
   static constexpr size_t kLlLines = 64;
-  static constexpr size_t kLlBytes = kLlLinePayload * kLlLines;  // payload capacity of a slot
-  /// Writes `bytes` (<= kLlBytes) into this rank's slot, each line tagged with `seq` (> 0).
-  void llPublish(int slot, uint64_t seq, const void* data, size_t bytes);
+  /// Payload capacity of a slot: its lines less the 8-byte call word every message starts with.
+  static constexpr size_t kLlBytes = kLlLinePayload * kLlLines - sizeof(uint64_t);
+  /// Writes `bytes` (<= kLlBytes) into this rank's slot, after `call` (a hash of the call the
+  /// message belongs to, which the reader compares), each line tagged with `seq` (> 0).
+  void llPublish(int slot, uint64_t seq, uint64_t call, const void* data, size_t bytes);
   /// Whether rank r's slot holds all lines of message `seq` of `bytes` bytes (acquire).
   bool llArrived(int r, int slot, uint64_t seq, size_t bytes) const;
-  /// Copies the payload of rank r's slot (call after llArrived returned true).
-  void llCopy(int r, int slot, void* out, size_t bytes) const;
+  /// Copies the payload of rank r's slot (call after llArrived returned true); returns its call word.
+  uint64_t llCopy(int r, int slot, void* out, size_t bytes) const;
 
   /// Publishes where this rank's buffers of exchange `seq` live (visible after the next
   /// setSyncFlag). Two slots by seq parity, as for fingerprints: exchanges are synchronisations.
