@@ -270,7 +270,10 @@ std::pair<chorusResult_t, std::string> CommImpl::runOps(std::span<const Op> ops)
 
 std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t code, std::string message) {
   flight_.end(code);
-  if (code == chorusTimeout && shm_) message += strCat("; where each rank is: ", progressReport());
+  // Once: a peer's timeout reported here already says where each rank is.
+  constexpr std::string_view kWhere = "; where each rank is: ";
+  if (code == chorusTimeout && shm_ && message.find(kWhere) == std::string::npos)
+    message += strCat(kWhere, progressReport());
   markFailed(code, message);
   if (const std::string& path = envConfig().flightRecorderPath; !path.empty()) {
     // One file per rank and communicator: <path>.<comm id>.<rank>.

@@ -27,6 +27,9 @@ void Waiter::slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)
     health_.checkHealth(waitingOn);
   }
   if (now >= deadline_) {
+    // A peer that failed (or died) meanwhile explains more than the wait: after this rank was
+    // stopped (SIGSTOP) past its deadline, say, the peers' published failure is the news.
+    health_.checkHealth(waitingOn);
     fail(chorusTimeout, strCat(describe(), " (timed out after ", timeout_.count(),
                                " ms; CHORUS_TIMEOUT or Config::timeout sets the limit)"));
   }

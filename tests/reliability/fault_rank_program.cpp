@@ -5,6 +5,8 @@
 //                   then call allreduce.
 //   mid-collective  every rank loops over large allreduces; the victim kills itself from another
 //                   thread ~150 ms into the loop.
+//   stopped         as mid-collective, but the victim stops itself (SIGSTOP); the driver continues it
+//                   (SIGCONT) once the others have failed, and it reports too
 //   before-init     the victim kills itself before joining; the others try to join.
 //   shrink          as after-init; then the survivors form a communicator without the victim
 //                   (chorusCommShrink) and allreduce on it, printing a second line
@@ -34,7 +36,9 @@
 //
 // A survivor prints one line
 //   result=<code> elapsed_ms=<ms> async=<code> again=<code> again_ms=<ms> message=<text>
-// (elapsed: from the start of the failing call, or for mid-collective from the start of the loop)
+// (elapsed: from the start of the failing call, or for mid-collective from the start of the loop),
+// in modes after-init, shrink, mid-collective and stopped then destroys the communicator and prints
+//   destroy_ms=<ms> destroy=<code>      (shrink first: destroy_shrunk_ms=<ms>, for the shrunk one)
 // and exits 0; the driver judges the values. Exit 2: init failed where it should not; 3: the
 // failure never came.
 #include <netinet/in.h>
@@ -91,6 +95,14 @@ void report(chorusResult_t result, long long elapsed, chorusComm_t comm, const s
   std::printf("result=%d elapsed_ms=%lld async=%d again=%d again_ms=%lld message=%s\n",
               static_cast<int>(result), elapsed, static_cast<int>(async), static_cast<int>(again), againMs,
               oneLine.c_str());
+  std::fflush(stdout);
+}
+
+// Destroys `comm` and prints how long that took: destroy_ms=<ms> result=<code>.
+void reportDestroy(chorusComm_t comm) {
+  auto t0 = Clock::now();
+  chorusResult_t r = chorusCommDestroy(comm);
+  std::printf("destroy_ms=%lld destroy=%d\n", msSince(t0), static_cast<int>(r));
   std::fflush(stdout);
 }
 
@@ -324,17 +336,20 @@ int main(int argc, char** argv) {
       std::printf("shrink=%d rank=%d size=%d sum=%g message=%s\n", static_cast<int>(s), newRank, newSize,
                   static_cast<double>(sum), s == chorusSuccess ? "" : chorusGetLastError(smaller));
       std::fflush(stdout);
+      auto d0 = Clock::now();
       if (smaller) chorusCommDestroy(smaller);
-      chorusCommDestroy(comm);
+      std::printf("destroy_shrunk_ms=%lld\n", msSince(d0));
     }
+    reportDestroy(comm);
     return 0;
   }
 
-  if (mode == "mid-collective") {
+  if (mode == "mid-collective" || mode == "stopped") {
     if (myRank == victim) {
-      std::thread([] {
+      const int sig = mode == "stopped" ? SIGSTOP : SIGKILL;
+      std::thread([sig] {
         std::this_thread::sleep_for(std::chrono::milliseconds(150));
-        raise(SIGKILL);
+        raise(sig);
       }).detach();
     }
     std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
@@ -347,6 +362,7 @@ int main(int argc, char** argv) {
               : chorusBroadcast(in.data(), out.data(), in.size(), chorusFloat32, iter % 3, comm, nullptr);
       if (r != chorusSuccess) {
         report(r, msSince(t0), comm, chorusGetLastError(comm));
+        reportDestroy(comm);
         return 0;
       }
     }

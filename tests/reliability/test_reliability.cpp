@@ -176,7 +176,23 @@ std::vector<Process> runFaultJob(const std::string& mode, const std::string& tim
   return {order[0], order[2], order[1]};
 }
 
-// Survivor checks shared by the SIGKILL tests.
+// How long the destroy that `out` reports took ("<key>=<ms>"), or -1 if it reports none.
+long long destroyMs(const std::string& out, const std::string& key = "destroy_ms") {
+  const size_t at = out.find(key + "=");
+  return at == std::string::npos ? -1 : std::atoll(out.c_str() + at + key.size() + 1);
+}
+
+// A destroy is local: it returns at once, whatever state the peers are in (dead, stopped, gone).
+void expectPromptDestroy(const std::string& out, const std::string& key = "destroy_ms") {
+  const long long ms = destroyMs(out, key);
+  EXPECT_GE(ms, 0) << "no " << key << " reported:\n" << out;
+  EXPECT_LT(ms, 1000) << key << ": the destroy waited:\n" << out;
+  if (key == "destroy_ms") {
+    EXPECT_TRUE(contains(out, "destroy=0")) << out;
+  }
+}
+
+// Survivor checks shared by the SIGKILL tests: and each survivor's destroy returned at once.
 void expectSurvivorsNameDeadRank(const std::vector<Process>& procs, long long boundMs) {
   EXPECT_TRUE(procs[1].killedBy(SIGKILL)) << "victim: " << procs[1].describe();
   for (int r : {0, 2}) {
@@ -191,6 +207,7 @@ void expectSurvivorsNameDeadRank(const std::vector<Process>& procs, long long bo
     EXPECT_NE(rep->async, chorusSuccess) << "chorusCommGetAsyncError still reports success";
     EXPECT_NE(rep->again, chorusSuccess) << "a later call on the broken communicator succeeded";
     EXPECT_LT(rep->againMs, 1000) << "a later call on the broken communicator did not fail fast";
+    expectPromptDestroy(p.out());
   }
 }
 
@@ -223,6 +240,7 @@ TEST_F(Fault, KillDashNine_SurvivorsShrinkAndContinue) {
     EXPECT_EQ(newSize, 2);
     EXPECT_EQ(newRank, r == 0 ? 0 : 1);
     EXPECT_EQ(sum, 4.0f) << "ranks 0 and 2 contribute 1 and 3";
+    expectPromptDestroy(out, "destroy_shrunk_ms");
   }
 }
 
@@ -267,6 +285,41 @@ TEST_F(Fault, KillDashNineMidCollective_SurvivorsNameDeadRank) {
   TempDir dir("fault-out");
   auto procs = runFaultJob("mid-collective", "30", dir);
   expectSurvivorsNameDeadRank(procs, 150 + 5000);
+}
+
+// Rank 1 stops itself (SIGSTOP) in a stream of 4 MiB collectives: ranks 0 and 2 time out
+// (CHORUS_TIMEOUT 2 s) naming rank 1, and destroy at once. Continued then, rank 1 finds its own
+// deadline long past, but reports what happened meanwhile: the failure its peers published (it
+// used to report its own timeout, waiting for ranks that had arrived and failed).
+TEST_F(Fault, StoppedThenContinued_ReportsThePeersFailure) {
+  TempDir dir("fault-out");
+  TempDir store("fault-store");
+  std::vector<Process> procs = startFaultRanks("stopped", store, dir, {{"CHORUS_TIMEOUT", "2"}});
+  std::vector<Process> survivors{procs[0], procs[2]};
+  const bool finished = waitAll(survivors, 30s);
+  kill(procs[1].pid, SIGCONT);
+  std::vector<Process> victim{procs[1]};
+  ASSERT_TRUE(waitAll(victim, 30s)) << victim[0].describe();
+  ASSERT_TRUE(finished) << "the survivors did not time out";
+  for (const Process& p : survivors) {
+    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+    auto rep = parseReport(p.out());
+    ASSERT_TRUE(rep.has_value()) << p.describe();
+    EXPECT_EQ(rep->result, chorusTimeout) << rep->message;
+    EXPECT_TRUE(namesRank(rep->message, 1)) << rep->message;
+    expectPromptDestroy(p.out());
+  }
+  ASSERT_TRUE(victim[0].exitedWith(0)) << victim[0].describe();
+  auto rep = parseReport(victim[0].out());
+  ASSERT_TRUE(rep.has_value()) << victim[0].describe();
+  EXPECT_NE(rep->result, chorusSuccess);
+  EXPECT_TRUE(contains(rep->message, "stopped: rank 0 failed") ||
+              contains(rep->message, "stopped: rank 2 failed"))
+      << "rank 1 does not report its peers' failure: " << rep->message;
+  const size_t where = rep->message.find("where each rank is");
+  EXPECT_EQ(rep->message.find("where each rank is", where + 1), std::string::npos)
+      << "the clause is repeated: " << rep->message;
+  expectPromptDestroy(victim[0].out());
 }
 
 // Rank 1 dies before joining: the others' init fails within CHORUS_TIMEOUT (3 s) with a timeout,
