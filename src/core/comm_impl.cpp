@@ -701,6 +701,13 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
       if (sk.valid()) p.send = peerMappings_.map(sk, k);
       if (rk.valid()) p.recv = peerMappings_.map(rk, k);
     } catch (const Error& e) {
+      // A peer that failed first (and exited, taking its buffers along) says why.
+      std::string text;
+      chorusResult_t code = chorusRemoteError;
+      if (const int peer = findPeerFailure(&code, &text); peer >= 0) {
+        fail(chorusRemoteError,
+             strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+      }
       fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
     }
   }
