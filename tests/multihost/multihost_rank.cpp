@@ -4,6 +4,11 @@
 //     Every rank runs allreduces of 1 MiB; the last rank kills itself (SIGKILL) after 20 of them.
 //     Every other rank must fail within 30 s with an error that names the killed rank, never hang
 //     and never finish: it prints the error and exits 0; anything else exits non-zero.
+//   multihost_rank mismatch
+//     On a fresh split communicator per case, the last rank calls something else than the others
+//     (another op, another collective, another count); with check mode off, every rank must get an
+//     error saying the calls differ, well before the timeout (20 s), never a result. Prints each
+//     error and exits 0; anything else exits non-zero.
 //   multihost_rank basic
 //     One exact allreduce and an allreduce on a split communicator (its own connections); the
 //     test script checks the library's INFO lines for the transport, address family and streams.
@@ -64,6 +69,60 @@ int killMode() {
   return 1;
 }
 
+int mismatchMode() {
+  Config config;
+  config.timeout = std::chrono::seconds(20);
+  config.checkCalls = false;
+  Communicator comm = Communicator::fromEnvironment(config);
+  const bool odd = comm.rank() == comm.size() - 1;
+  struct Case {
+    const char* name;
+    void (*call)(Communicator&, bool, std::vector<float>&);
+  };
+  const Case cases[] = {
+      {"op",
+       [](Communicator& c, bool o, std::vector<float>& b) {
+         c.allReduce(b.data(), b.data(), 262144, DataType::Float32, o ? ReduceOp::Max : ReduceOp::Sum);
+       }},
+      {"kind",
+       [](Communicator& c, bool o, std::vector<float>& b) {
+         if (o) {
+           c.broadcast(b.data(), b.data(), 1024, DataType::Float32, 0);
+         } else {
+           c.allReduce(b.data(), b.data(), 1024, DataType::Float32, ReduceOp::Sum);
+         }
+       }},
+      {"count",
+       [](Communicator& c, bool o, std::vector<float>& b) {
+         c.allReduce(b.data(), b.data(), o ? 2000 : 1000, DataType::Float32, ReduceOp::Sum);
+       }},
+  };
+  int bad = 0;
+  for (const Case& k : cases) {
+    std::optional<Communicator> sub = comm.split(0, comm.rank());
+    std::vector<float> buf(262144, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    std::string text;
+    try {
+      k.call(*sub, odd, buf);
+      text = "succeeded";
+    } catch (const Error& e) {
+      text = e.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank %d: %s mismatch after %.2f s: %s\n", comm.rank(), k.name, s, text.c_str());
+    std::fflush(stdout);
+    if ((text.find("mismatch") == std::string::npos &&
+         text.find("different operations") == std::string::npos) ||
+        s > 10) {
+      std::fprintf(stderr, "rank %d: the %s mismatch was not reported as one in time\n", comm.rank(), k.name);
+      ++bad;
+    }
+  }
+  comm.barrier();
+  return bad == 0 ? 0 : 1;
+}
+
 int basicMode() {
   Communicator comm = Communicator::fromEnvironment();
   const int n = comm.size();
@@ -99,10 +158,11 @@ int main(int argc, char** argv) {
   try {
     if (mode == "kill") return killMode();
     if (mode == "basic") return basicMode();
+    if (mode == "mismatch") return mismatchMode();
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 3;
   }
-  std::fprintf(stderr, "usage: multihost_rank basic|kill\n");
+  std::fprintf(stderr, "usage: multihost_rank basic|kill|mismatch\n");
   return 2;
 }
