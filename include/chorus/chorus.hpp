@@ -125,6 +125,8 @@ struct CHORUS_API Config {
   /// Before each collective, compare its kind, count, type, op and root across ranks
   /// (CHORUS_CHECK=1): a mismatch is a chorusInvalidUsage error naming the differing ranks instead
   /// of a hang or wrong data. Costs one synchronisation per collective. Rank 0's setting wins.
+  /// Without it, a hash of the call travels with every message and sync flag, and a mismatch it
+  /// finds is the same error (16 bits of hash on most paths: 1 mismatch in 65535 can pass).
   bool checkCalls = false;
 
   /// Fills unset fields from the environment and built-in defaults.
