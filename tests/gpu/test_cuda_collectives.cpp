@@ -1,14 +1,15 @@
 // Device-buffer collectives through the C API (a stream given): ranks as threads sharing one GPU,
 // every result compared exactly with the CPU kernels' reduction in rank order, as on the host.
 // Also CUDA graph capture and replay, calls on changing streams, the timeout and abort of a kernel
-// whose peer never comes, send/recv kernels (in and out of groups, a size mismatch), and the
-// operations staged through host memory. Skips, saying why, where no CUDA device is usable
-// (tests/gpu/run.sh runs it on a machine with one).
+// whose peer never comes, destroy while kernels wait, send/recv kernels (in and out of groups, a
+// size mismatch), and the operations staged through host memory. Skips, saying why, where no CUDA device is
+// usable (tests/gpu/run.sh runs it on a machine with one).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -582,6 +583,72 @@ TEST_F(DeviceCollectives, AbortStopsAWaitingKernel) {
   chorusCommDestroy(comms[1]);
   cudaStreamDestroy(s0);
   cudaStreamDestroy(s1);
+}
+
+// Destroy is bounded with device buffers too: rank 1's thread destroys its handles of two
+// communicators while rank 0's kernels on both wait for rank 1 (which never calls), then rank 0
+// destroys its own. Freeing device memory can wait for every kernel on the device, the waiting
+// ones included, so a destroy may last until they time out: never longer (timeout 2 s here).
+TEST_F(DeviceCollectives, DestroyWhileKernelsWaitReturnsWithinTheTimeout) {
+  std::vector<chorusComm_t> a(2), b(2);
+  ASSERT_EQ(chorusCommInitAll(a.data(), 2, nullptr), chorusSuccess);
+  ASSERT_EQ(chorusCommInitAll(b.data(), 2, nullptr), chorusSuccess);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  std::vector<cudaStream_t> streams(4, nullptr);  // a0, a1, b0, b1
+  for (auto& st : streams) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(4096));
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  }
+  const auto call = [&](int i, chorusComm_t c) {
+    return chorusAllReduce(bufs[i]->get(), bufs[i]->get(), 1024, chorusFloat32, chorusSum, c, streams[i]);
+  };
+  // Both ranks set up their device state on both communicators first.
+  std::thread one([&] {
+    cudaSetDevice(0);
+    EXPECT_EQ(call(1, a[1]), chorusSuccess);
+    EXPECT_EQ(call(3, b[1]), chorusSuccess);
+    cudaStreamSynchronize(streams[1]);
+    cudaStreamSynchronize(streams[3]);
+  });
+  EXPECT_EQ(call(0, a[0]), chorusSuccess);  // no ASSERT while `one` runs: it must be joined
+  EXPECT_EQ(call(2, b[0]), chorusSuccess);
+  cudaStreamSynchronize(streams[0]);
+  cudaStreamSynchronize(streams[2]);
+  one.join();
+  for (chorusComm_t c : {a[0], a[1], b[0], b[1]}) ASSERT_EQ(chorusCommSetTimeout(c, 2.0), chorusSuccess);
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  // Rank 0's kernels wait for rank 1 on both communicators.
+  ASSERT_EQ(call(0, a[0]), chorusSuccess);
+  ASSERT_EQ(call(2, b[0]), chorusSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double destroyA1 = -1, destroyB1 = -1;
+  std::thread destroyer([&] {
+    cudaSetDevice(0);
+    const auto t0 = Clock::now();
+    EXPECT_EQ(chorusCommDestroy(a[1]), chorusSuccess);
+    destroyA1 = seconds(t0);
+    const auto t1 = Clock::now();
+    EXPECT_EQ(chorusCommDestroy(b[1]), chorusSuccess);
+    destroyB1 = seconds(t1);
+  });
+  destroyer.join();
+  const auto t2 = Clock::now();
+  EXPECT_EQ(chorusCommDestroy(a[0]), chorusSuccess);
+  const double destroyA0 = seconds(t2);
+  cudaStreamSynchronize(streams[2]);
+  const auto t3 = Clock::now();
+  EXPECT_EQ(chorusCommDestroy(b[0]), chorusSuccess);
+  const double destroyB0 = seconds(t3);
+  for (double d : {destroyA1, destroyB1, destroyA0, destroyB0}) {
+    EXPECT_GE(d, 0.0);
+    EXPECT_LT(d, 2.0 + 8.0) << "a destroy outlasted the kernels' timeout (2 s) by more than 8 s";
+  }
+  std::printf("destroy: rank 1 of A %.3f s, of B %.3f s; rank 0 of A %.3f s, of B %.3f s\n", destroyA1,
+              destroyB1, destroyA0, destroyB0);
+  for (auto st : streams) cudaStreamDestroy(st);
 }
 
 TEST_F(DeviceCollectives, HostMemoryWithAStreamIsStaged) {
