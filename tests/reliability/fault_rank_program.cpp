@@ -14,6 +14,9 @@
 //   mismatch-count  every rank allreduces 256K floats in chorusMemAlloc buffers, but VICTIM 512K
 //   mismatch-kind   as mismatch-count, but VICTIM broadcasts 256K floats from rank 0 instead
 //                   (both: the zero-copy path; the driver unsets CHORUS_CHECK)
+//   mismatch-count-heap, mismatch-kind-heap
+//                   on heap buffers: every rank allreduces 1000 floats but VICTIM 2000; or
+//                   every rank allreduces 1024 floats but VICTIM broadcasts them from rank 0
 //   bad-setting     VICTIM has CHORUS_SHM_FIFO_BYTES=banana; every rank joins and reports how
 //                   its init ended
 //   shm-setup       every rank joins and reports how its init ended; VICTIM (-1: none) is killed
@@ -223,6 +226,30 @@ int main(int argc, char** argv) {
     long long elapsed = msSince(t0);
     if (r == chorusSuccess) return 3;
     report(r, elapsed, nullptr, chorusGetLastError(nullptr));
+    return 0;
+  }
+  if (mode == "mismatch-count-heap" || mode == "mismatch-kind-heap") {
+    // The probe's cases, on ordinary heap buffers: 1000 floats vs 2000; broadcast vs allreduce.
+    chorusComm_t comm = nullptr;
+    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    std::vector<float> buf(2000, 1.0f);
+    auto t0 = Clock::now();
+    chorusResult_t r;
+    if (mode == "mismatch-kind-heap") {
+      r = myRank == victim
+              ? chorusBroadcast(buf.data(), buf.data(), 1024, chorusFloat32, 0, comm, nullptr)
+              : chorusAllReduce(buf.data(), buf.data(), 1024, chorusFloat32, chorusSum, comm, nullptr);
+    } else {
+      r = chorusAllReduce(buf.data(), buf.data(), myRank == victim ? 2000 : 1000, chorusFloat32, chorusSum,
+                          comm, nullptr);
+    }
+    long long elapsed = msSince(t0);
+    if (r == chorusSuccess) {
+      std::fprintf(stderr, "rank %d: %s: the mismatched call succeeded\n", myRank, mode.c_str());
+      return 3;
+    }
+    report(r, elapsed, comm, chorusGetLastError(comm));
+    chorusCommDestroy(comm);
     return 0;
   }
   if (mode == "mismatch-count" || mode == "mismatch-kind" || mode == "zero-copy-death") {

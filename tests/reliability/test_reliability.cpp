@@ -668,6 +668,35 @@ TEST_F(Fault, KillDashNineZeroCopyPeer_NamedAsDeadNotAsPermissions) {
   }
 }
 
+// The probe's cases on processes and heap buffers, check mode off (the default): rank 1 allreduces
+// 2000 floats where the others allreduce 1000, or broadcasts 1024 where they allreduce them. These
+// returned success with wrong data on some ranks; now every rank fails at once (CHORUS_TIMEOUT 20
+// s), and the messages name rank 1's call.
+void expectHeapMismatchNamed(const std::string& mode, const char* victimCall) {
+  TempDir dir("mismatch-heap");
+  TempDir store("mismatch-heap-store");
+  std::vector<Process> procs =
+      startFaultRanks(mode, store, dir, {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}});
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(procs);
+  bool named = false;
+  for (const auto& rep : reports) {
+    ASSERT_TRUE(rep.has_value());
+    EXPECT_TRUE(rep->result == chorusInvalidUsage || rep->result == chorusRemoteError) << rep->message;
+    EXPECT_TRUE(contains(rep->message, "mismatch")) << rep->message;
+    EXPECT_LT(rep->elapsedMs, 5000) << rep->message;
+    named = named || contains(rep->message, victimCall);
+  }
+  EXPECT_TRUE(named) << "no rank named rank 1's " << victimCall;
+}
+
+TEST_F(Fault, MismatchedCountOnHeapBuffers_ErrorNotWrongData) {
+  expectHeapMismatchNamed("mismatch-count-heap", "count 2000");
+}
+
+TEST_F(Fault, MismatchedKindOnHeapBuffers_ErrorNotWrongData) {
+  expectHeapMismatchNamed("mismatch-kind-heap", "broadcast");
+}
+
 // A malformed setting on rank 1 only: rank 1 fails at once naming it, and publishes its failure,
 // so ranks 0 and 2 stop at once with rank 1's message (they waited out CHORUS_TIMEOUT, then
 // reported rank 1 as not started).

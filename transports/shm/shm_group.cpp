@@ -186,25 +186,27 @@ void ShmGroup::publishFailure(chorusResult_t code, const std::string& text) {
 }
 
 void ShmGroup::publishFingerprint(const CallFingerprint& f) {
+  // A seqlock without fences (ThreadSanitizer does not model them): the fields are stored with
+  // release, so the invalidation before them is visible to whoever sees one of them.
   Header::CallSlot& s = header(rank_)->calls[f.seq & 1];
   s.seq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  s.count.store(f.count, std::memory_order_relaxed);
+  s.count.store(f.count, std::memory_order_release);
   s.kindType.store(uint64_t{static_cast<uint32_t>(f.kind)} << 32 | static_cast<uint32_t>(f.type),
-                   std::memory_order_relaxed);
+                   std::memory_order_release);
   s.opRoot.store(uint64_t{static_cast<uint32_t>(f.op)} << 32 | static_cast<uint32_t>(f.root),
-                 std::memory_order_relaxed);
+                 std::memory_order_release);
   s.seq.store(f.seq, std::memory_order_release);
 }
 
 bool ShmGroup::fingerprint(int r, uint64_t seq, CallFingerprint* f) const {
+  // Acquire loads throughout: the second read of seq cannot move before the fields, and a field
+  // of a newer write brings that write's invalidation of seq along.
   const Header::CallSlot& s = header(r)->calls[seq & 1];
   const uint64_t before = s.seq.load(std::memory_order_acquire);
-  f->count = s.count.load(std::memory_order_relaxed);
-  const uint64_t kindType = s.kindType.load(std::memory_order_relaxed);
-  const uint64_t opRoot = s.opRoot.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  const uint64_t after = s.seq.load(std::memory_order_relaxed);
+  f->count = s.count.load(std::memory_order_acquire);
+  const uint64_t kindType = s.kindType.load(std::memory_order_acquire);
+  const uint64_t opRoot = s.opRoot.load(std::memory_order_acquire);
+  const uint64_t after = s.seq.load(std::memory_order_acquire);
   f->seq = before;
   f->kind = static_cast<int32_t>(kindType >> 32);
   f->type = static_cast<int32_t>(static_cast<uint32_t>(kindType));
