@@ -187,6 +187,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
     options.peerPids = watchablePids(hosts_, me, nullptr);
+    options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
   } else if (multiHost) {
     commId_ = id;
@@ -287,6 +288,7 @@ void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string&
     options.stageBytes = config_.shmStageBytes;
     options.timeout = config_.timeout;
     options.peerPids = watchablePids(hosts_, hosts_[static_cast<size_t>(rank_)], &localRanks_);
+    options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     auto hostStore = makePrefixStore(strCat("host", localRanks_.front(), "/"), store_);
     localShm_ = std::make_unique<transport::ShmGroup>(*hostStore, localIndex_[static_cast<size_t>(rank_)],
                                                       static_cast<int>(localRanks_.size()), options);

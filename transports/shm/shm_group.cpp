@@ -4,7 +4,6 @@
 #include <new>
 
 #include "bootstrap/rank_wait.hpp"
-#include "bootstrap/watched_store.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "transports/shm/shm_names.hpp"
@@ -104,7 +103,7 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
           r < static_cast<int>(options.peerPids.size()) ? options.peerPids[static_cast<size_t>(r)] : 0;
       if (r != rank && pid > 0 && processGone(pid)) {
         // A peer that failed publishes why before it exits: its report names the cause.
-        throwIfPeerFailed(store);
+        if (options.throwIfPeerFailed) options.throwIfPeerFailed();
         fail(chorusRemoteError, strCat("rank ", rank, ": shared-memory setup stopped: rank ", r, " (pid ",
                                        pid, ") died before every rank had mapped every segment"));
       }

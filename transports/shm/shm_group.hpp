@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct ShmGroupOptions {
   /// By group rank: the process id of each peer whose liveness this process can watch (same pid
   /// namespace, another process), else 0. A peer that exits during set-up stops it at once.
   std::vector<int> peerPids;
+  /// Throws the failure a peer published, if one did (called when a peer is found gone: a peer
+  /// that failed publishes why before it exits, which names the cause better than its exit).
+  std::function<void()> throwIfPeerFailed;
 };
 
 class ShmGroup {
