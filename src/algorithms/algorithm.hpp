@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/op.hpp"
+#include "base/op.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"
 #include "topology/comm_topology.hpp"

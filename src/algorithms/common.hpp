@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
-#include "core/config.hpp"
-#include "core/error.hpp"
+#include "base/config.hpp"
+#include "base/error.hpp"
 #include "kernels/cpu/reduce.hpp"
 
 namespace chorus::algo {

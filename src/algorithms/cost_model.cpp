@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus::algo {
 

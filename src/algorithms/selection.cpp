@@ -3,8 +3,8 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
-#include "core/config.hpp"
-#include "core/error.hpp"
+#include "base/config.hpp"
+#include "base/error.hpp"
 
 namespace chorus::algo {
 

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 #include "chorus/chorus.hpp"
 
 #if CHORUS_HAVE_OPENSSL

@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
 
 namespace chorus {
 

@@ -21,7 +21,7 @@
 #include <optional>
 #include <random>
 
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 #include "bootstrap/store_util.hpp"
 #include "chorus/chorus.hpp"
 

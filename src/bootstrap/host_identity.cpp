@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus {
 

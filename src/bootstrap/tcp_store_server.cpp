@@ -28,8 +28,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/socket_util.hpp"
 #include "bootstrap/auth.hpp"
-#include "bootstrap/socket_util.hpp"
 #include "bootstrap/store_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "chorus/chorus.hpp"

@@ -8,9 +8,9 @@
 #include <mutex>
 #include <vector>
 
+#include "base/error.hpp"
 #include "bootstrap/auth.hpp"
 #include "bootstrap/env_init.hpp"
-#include "core/error.hpp"
 
 namespace chorus {
 

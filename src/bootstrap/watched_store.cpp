@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/util.hpp"
 #include "bootstrap/store_util.hpp"
 #include "chorus/chorus.hpp"
-#include "core/util.hpp"
 
 namespace chorus {
 namespace {

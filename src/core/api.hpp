@@ -3,8 +3,8 @@
 
 #include <memory>
 
+#include "base/op.hpp"
 #include "chorus/chorus.hpp"
-#include "core/op.hpp"
 
 namespace chorus {
 

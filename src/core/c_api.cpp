@@ -4,13 +4,13 @@
 #include <thread>
 #include <unordered_set>
 
+#include "base/error.hpp"
 #include "bootstrap/env_init.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "chorus/chorus.h"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
-#include "core/error.hpp"
 #include "core/group.hpp"
 #include "core/window.hpp"
 #include "topology/comm_topology.hpp"

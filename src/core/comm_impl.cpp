@@ -9,9 +9,9 @@
 #include <cstring>
 
 #include "algorithms/cost_model.hpp"
-#include "core/error.hpp"
-#include "core/log.hpp"
-#include "core/tsan_sync.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/tsan_sync.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 
 namespace chorus {

@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "base/config.hpp"
+#include "base/op.hpp"
 #include "bootstrap/host_identity.hpp"
 #include "chorus/chorus.hpp"
-#include "core/config.hpp"
 #include "core/flight_recorder.hpp"
-#include "core/op.hpp"
 #include "core/work_state.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"

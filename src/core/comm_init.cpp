@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "algorithms/cost_model.hpp"
-#include "bootstrap/rank_wait.hpp"
+#include "base/config.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/rank_wait.hpp"
 #include "bootstrap/watched_store.hpp"
 #include "core/comm_impl.hpp"
-#include "core/config.hpp"
-#include "core/error.hpp"
-#include "core/log.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/net_group.hpp"
 #include "transports/tcp/net_interfaces.hpp"

@@ -1,9 +1,9 @@
 // The public C++ Communicator: builds an Op, validates it, then runs it (or queues it in a group).
+#include "base/error.hpp"
 #include "bootstrap/env_init.hpp"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
-#include "core/error.hpp"
 #include "core/group.hpp"
 #include "transports/shm/shm_memory.hpp"
 

@@ -1,7 +1,7 @@
 // Builds without CUDA: every device-buffer call is refused with the reason.
+#include "base/error.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
-#include "core/error.hpp"
 
 namespace chorus::device {
 

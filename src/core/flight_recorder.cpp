@@ -2,7 +2,7 @@
 
 #include <ctime>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus {
 

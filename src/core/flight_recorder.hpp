@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/op.hpp"
 #include "chorus/chorus.h"
-#include "core/op.hpp"
 
 namespace chorus {
 

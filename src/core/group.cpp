@@ -3,8 +3,8 @@
 #include <exception>
 #include <vector>
 
+#include "base/error.hpp"
 #include "core/comm_impl.hpp"
-#include "core/error.hpp"
 
 namespace chorus::group {
 

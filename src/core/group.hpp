@@ -4,7 +4,7 @@
 #include <functional>
 #include <memory>
 
-#include "core/op.hpp"
+#include "base/op.hpp"
 
 namespace chorus {
 

@@ -16,9 +16,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/error.hpp"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
-#include "core/error.hpp"
 #include "core/group.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/shm/shm_memory.hpp"

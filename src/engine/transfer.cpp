@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "kernels/cpu/reduce.hpp"
 
 namespace chorus::engine {

@@ -3,7 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace chorus::engine {
 

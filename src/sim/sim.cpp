@@ -7,8 +7,8 @@
 #include <unordered_map>
 
 #include "algorithms/cost_model.hpp"
-#include "core/error.hpp"
-#include "core/util.hpp"
+#include "base/error.hpp"
+#include "base/util.hpp"
 
 namespace chorus::sim {
 

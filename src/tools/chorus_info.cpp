@@ -9,11 +9,11 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
+#include "base/config.hpp"
+#include "base/util.hpp"
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
-#include "core/config.hpp"
 #include "core/device.hpp"
-#include "core/util.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/shm/shm_segment.hpp"

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
-#include "core/config.hpp"
-#include "core/error.hpp"
-#include "core/util.hpp"
+#include "base/config.hpp"
+#include "base/error.hpp"
+#include "base/util.hpp"
 #include "sim/sim.hpp"
 
 using namespace chorus;

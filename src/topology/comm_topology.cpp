@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "core/error.hpp"
-#include "core/util.hpp"
+#include "base/error.hpp"
+#include "base/util.hpp"
 
 namespace chorus::topo {
 

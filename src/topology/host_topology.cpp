@@ -12,8 +12,8 @@
 #include <mutex>
 #include <optional>
 
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
 
 #if CHORUS_HAVE_HWLOC
 #include <hwloc.h>

@@ -15,8 +15,8 @@
 
 #include "algorithms/algorithm.hpp"
 #include "api_test_util.hpp"
+#include "base/op.hpp"
 #include "chorus/chorus.hpp"
-#include "core/op.hpp"
 
 using namespace chorus;
 using chorus::apitest::fromBf16;

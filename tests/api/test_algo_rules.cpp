@@ -13,9 +13,9 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "api_test_util.hpp"
+#include "base/op.hpp"
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
-#include "core/op.hpp"
 
 using namespace chorus;
 using chorus::apitest::mentions;

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "base/config.hpp"
+#include "base/op.hpp"
 #include "bootstrap/host_identity.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "chorus/chorus.hpp"
-#include "core/config.hpp"
-#include "core/op.hpp"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "transports/ib/verbs_api.hpp"
 
 namespace chorus::transport {

@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus::transport {
 

@@ -3,9 +3,9 @@
 #include <cstring>
 #include <new>
 
-#include "bootstrap/rank_wait.hpp"
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/rank_wait.hpp"
 #include "transports/shm/shm_names.hpp"
 
 namespace chorus::transport {

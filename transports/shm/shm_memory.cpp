@@ -9,7 +9,7 @@
 #include <cstring>
 #include <map>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "transports/shm/shm_names.hpp"
 
 namespace chorus::transport {

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace chorus::transport {
 

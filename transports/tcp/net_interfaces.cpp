@@ -8,7 +8,7 @@
 #include <cstring>
 #include <memory>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace chorus::transport {
 

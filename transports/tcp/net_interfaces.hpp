@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 
 namespace chorus::transport {
 

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <functional>
 
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "transports/tcp/crc32c.hpp"
 #include "transports/tcp/net_interfaces.hpp"
 

@@ -33,7 +33,7 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 #include "chorus/chorus.hpp"
 #include "chorus/store.hpp"
 #include "transports/net_transport.hpp"

@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus::transport {
 

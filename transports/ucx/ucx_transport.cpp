@@ -8,9 +8,9 @@
 #include <cstring>
 #include <deque>
 
-#include "bootstrap/socket_util.hpp"
-#include "core/error.hpp"
-#include "core/log.hpp"
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/socket_util.hpp"
 #include "transports/ucx/ucx_api.hpp"
 
 namespace chorus::transport {

@@ -13,8 +13,8 @@
 #include <functional>
 #include <string>
 
+#include "base/socket_util.hpp"
 #include "bootstrap/auth.hpp"
-#include "bootstrap/socket_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "chorus/chorus.hpp"
 

@@ -9,8 +9,8 @@
 #include <functional>
 #include <thread>
 
+#include "base/socket_util.hpp"
 #include "bootstrap/auth.hpp"
-#include "bootstrap/socket_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "chorus/chorus.hpp"
 #include "store_test_util.hpp"

@@ -9,7 +9,7 @@
 #include <future>
 #include <thread>
 
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "chorus/chorus.hpp"
 #include "store_test_util.hpp"

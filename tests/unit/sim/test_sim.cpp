@@ -6,7 +6,7 @@
 #include <string>
 
 #include "algorithms/algorithm.hpp"
-#include "core/error.hpp"
+#include "base/error.hpp"
 #include "sim/sim.hpp"
 
 using namespace chorus;

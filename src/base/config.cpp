@@ -1,4 +1,4 @@
-#include "core/config.hpp"
+#include "base/config.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "core/error.hpp"
+#include "base/error.hpp"
 
 namespace chorus {
 

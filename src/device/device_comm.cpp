@@ -27,13 +27,13 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.hpp"
+#include "base/log.hpp"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
-#include "core/error.hpp"
 #include "core/group.hpp"
-#include "core/log.hpp"
-#include "ipc_collectives.hpp"
+#include "kernels/cuda/ipc_collectives.hpp"
 #include "topology/comm_topology.hpp"
 
 namespace chorus::device {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "core/util.hpp"
+#include "base/util.hpp"
 
 namespace chorus {
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "base/util.hpp"
 #include "chorus/chorus.hpp"
-#include "core/util.hpp"
 
 namespace chorus {
 

@@ -1,4 +1,4 @@
-#include "bootstrap/socket_util.hpp"
+#include "base/socket_util.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/util.hpp"
 #include "chorus/chorus.hpp"
 #include "chorus/store.hpp"
-#include "core/util.hpp"
 
 namespace chorus {
 

@@ -1,7 +1,7 @@
 #include <cstdio>
 
+#include "base/error.hpp"
 #include "chorus/chorus.hpp"
-#include "core/error.hpp"
 
 namespace chorus {
 

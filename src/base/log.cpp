@@ -1,4 +1,4 @@
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "core/config.hpp"
+#include "base/config.hpp"
 
 namespace chorus {
 

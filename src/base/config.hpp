@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "base/log.hpp"
 #include "chorus/chorus.hpp"
-#include "core/log.hpp"
 
 namespace chorus {
 
