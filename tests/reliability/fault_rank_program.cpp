@@ -228,53 +228,41 @@ int main(int argc, char** argv) {
     report(r, elapsed, nullptr, chorusGetLastError(nullptr));
     return 0;
   }
-  if (mode == "mismatch-count-heap" || mode == "mismatch-kind-heap") {
-    // The probe's cases, on ordinary heap buffers: 1000 floats vs 2000; broadcast vs allreduce.
-    chorusComm_t comm = nullptr;
-    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
-    std::vector<float> buf(2000, 1.0f);
-    auto t0 = Clock::now();
-    chorusResult_t r;
-    if (mode == "mismatch-kind-heap") {
-      r = myRank == victim
-              ? chorusBroadcast(buf.data(), buf.data(), 1024, chorusFloat32, 0, comm, nullptr)
-              : chorusAllReduce(buf.data(), buf.data(), 1024, chorusFloat32, chorusSum, comm, nullptr);
-    } else {
-      r = chorusAllReduce(buf.data(), buf.data(), myRank == victim ? 2000 : 1000, chorusFloat32, chorusSum,
-                          comm, nullptr);
-    }
-    long long elapsed = msSince(t0);
-    if (r == chorusSuccess) {
-      std::fprintf(stderr, "rank %d: %s: the mismatched call succeeded\n", myRank, mode.c_str());
-      return 3;
-    }
-    report(r, elapsed, comm, chorusGetLastError(comm));
-    chorusCommDestroy(comm);
-    return 0;
-  }
-  if (mode == "mismatch-count" || mode == "mismatch-kind" || mode == "zero-copy-death") {
+  if (mode == "mismatch-count" || mode == "mismatch-kind" || mode == "zero-copy-death" ||
+      mode == "mismatch-count-heap" || mode == "mismatch-kind-heap") {
+    // chorusMemAlloc buffers of 256K floats (the zero-copy path), or heap buffers with the
+    // probe's sizes: 1000 floats against 2000, 1024 broadcast against 1024 allreduced.
+    const bool heap = mode.ends_with("-heap");
     chorusComm_t comm = nullptr;
     if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
     if (mode == "zero-copy-death") armPeerBufferFault(myRank == victim);
-    const size_t count = size_t{256} << 10;
+    const bool kind = mode.starts_with("mismatch-kind");
+    const size_t count = heap ? (kind ? 1024 : 1000) : size_t{256} << 10;
+    std::vector<float> heapBuf;
     float* buf = nullptr;
-    if (chorusMemAlloc(reinterpret_cast<void**>(&buf), 2 * count * sizeof(float)) != chorusSuccess) return 2;
-    for (size_t i = 0; i < 2 * count; ++i) buf[i] = 1.0f;
+    if (heap) {
+      heapBuf.assign(2 * count, 1.0f);
+      buf = heapBuf.data();
+    } else {
+      if (chorusMemAlloc(reinterpret_cast<void**>(&buf), 2 * count * sizeof(float)) != chorusSuccess)
+        return 2;
+      for (size_t i = 0; i < 2 * count; ++i) buf[i] = 1.0f;
+    }
     auto t0 = Clock::now();
     chorusResult_t r;
     const bool mismatch = myRank == victim && mode != "zero-copy-death";
-    if (mismatch && mode == "mismatch-kind")
+    if (mismatch && kind)
       r = chorusBroadcast(buf, buf, count, chorusFloat32, 0, comm, nullptr);
     else
       r = chorusAllReduce(buf, buf, mismatch ? 2 * count : count, chorusFloat32, chorusSum, comm, nullptr);
     long long elapsed = msSince(t0);
     if (r == chorusSuccess) {
-      std::fprintf(stderr, "rank %d: %s: the allreduce succeeded\n", myRank, mode.c_str());
+      std::fprintf(stderr, "rank %d: %s: the call succeeded\n", myRank, mode.c_str());
       return 3;
     }
     report(r, elapsed, comm, chorusGetLastError(comm));
     chorusCommDestroy(comm);
-    chorusMemFree(buf);
+    if (!heap) chorusMemFree(buf);
     return 0;
   }
   if (mode == "shm-setup") {
