@@ -12,7 +12,8 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/tsan_sync.hpp"
-#include "transports/tcp/tcp_transport.hpp"
+#include "transports/peer_set.hpp"
+#include "transports/shm/shm_group.hpp"
 
 namespace chorus {
 
@@ -319,9 +320,7 @@ void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
     }
     lastError_ = message;
   }
-  if (shm_) shm_->publishFailure(code, message);
-  if (localShm_) localShm_->publishFailure(code, message);
-  if (net_) net_->publishFailure(message);
+  if (peers_) peers_->publishFailure(code, message);
   // Device kernels waiting for peers of a broken communicator stop too.
   std::lock_guard lk(hookMu_);
   if (abortHook_) abortHook_();
@@ -729,41 +728,17 @@ std::byte* CommImpl::scratch(size_t bytes, int slot) {
   return s.ptr;
 }
 
-transport::SendPipe& CommImpl::sendPipe(int peer) {
-  if (shm_) return shm_->sendPipe(peer);
-  const int local = localIndex_[static_cast<size_t>(peer)];
-  return local >= 0 ? localShm_->sendPipe(local) : net_->sendPipe(peer);
-}
-transport::RecvPipe& CommImpl::recvPipe(int peer) {
-  if (shm_) return shm_->recvPipe(peer);
-  const int local = localIndex_[static_cast<size_t>(peer)];
-  return local >= 0 ? localShm_->recvPipe(local) : net_->recvPipe(peer);
-}
+transport::SendPipe& CommImpl::sendPipe(int peer) { return peers_->sendPipe(peer); }
+transport::RecvPipe& CommImpl::recvPipe(int peer) { return peers_->recvPipe(peer); }
 
-size_t CommImpl::memoryBytes() const {
-  return (shm_ ? shm_->ownBytes() : 0) + (localShm_ ? localShm_->ownBytes() : 0) +
-         (net_ ? net_->memoryBytes() : 0) + scratchBytes_.load();
-}
+size_t CommImpl::memoryBytes() const { return (peers_ ? peers_->memoryBytes() : 0) + scratchBytes_.load(); }
 
 int CommImpl::findPeerFailure(chorusResult_t* code, std::string* text) {
-  if (shm_) return shm_->findPeerFailure(code, text);
-  if (localShm_) {
-    if (int local = localShm_->findPeerFailure(code, text); local >= 0)
-      return localRanks_[static_cast<size_t>(local)];
-  }
-  if (net_) {
-    *code = chorusRemoteError;
-    return net_->findPeerFailure(text);
-  }
-  return -1;
+  return peers_ ? peers_->findPeerFailure(code, text) : -1;
 }
 
 void CommImpl::sleepIdle(std::chrono::microseconds duration) {
-  if (net_) {
-    net_->waitReadable(duration);
-  } else {
-    engine::Health::sleepIdle(duration);
-  }
+  if (!peers_ || !peers_->waitReadable(duration)) engine::Health::sleepIdle(duration);
 }
 
 // ---- Health --------------------------------------------------------------------------------------

@@ -38,9 +38,7 @@ namespace topo {
 struct CommTopology;
 }
 namespace transport {
-class NetTransport;
-enum class NetKind;
-struct IbOptions;
+class PeerSet;
 }  // namespace transport
 
 class CommImpl final : public algo::Context, public engine::PipeSet, public engine::Health {
@@ -106,7 +104,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
 
   // algo::Context
   /// nullptr with emulated hosts: the shared-memory algorithms see several hosts, as on real ones.
-  transport::ShmGroup* shm() override { return emulatedHosts_ ? nullptr : shm_.get(); }
+  transport::ShmGroup* shm() override { return emulatedHosts_ ? nullptr : shm_; }
   std::byte* scratch(size_t bytes, int slot = 0) override;
   void run(std::span<engine::Transfer> transfers) override;
   void syncAll() override;
@@ -129,14 +127,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
  private:
   CommImpl(int rank, int size, const Config& config);
   void init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAlive);
-  void initMultiHost(const std::vector<bool>& remote, const std::string& id);
-  std::vector<transport::NetKind> netOffers();
-#if CHORUS_HAVE_VERBS
-  transport::IbOptions ibOptions(const std::string& id) const;
-#endif
-  std::unique_ptr<transport::NetTransport> makeNetTransport(transport::NetKind kind,
-                                                            const std::vector<bool>& peers,
-                                                            const std::string& id);
   /// A peer (on this host or another) that published a failure: its rank, or -1.
   int findPeerFailure(chorusResult_t* code, std::string* text);
 
@@ -173,13 +163,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::vector<algo::Rule> rules_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<void> keepAlive_;
-  std::unique_ptr<transport::ShmGroup> shm_;  // every rank on this host (single-host communicators)
-  // Communicators that span hosts: the ranks of this host share `localShm_` (indexed by
-  // localIndex_), the others are reached through `net_`.
-  std::unique_ptr<transport::ShmGroup> localShm_;
-  std::vector<int> localIndex_;  // rank -> index in localShm_, -1 on other hosts
-  std::vector<int> localRanks_;  // index in localShm_ -> rank
-  std::unique_ptr<transport::NetTransport> net_;
+  std::unique_ptr<transport::PeerSet> peers_;  // every connection (transports/factory.hpp)
+  transport::ShmGroup* shm_ = nullptr;         // peers_'s shared memory of every rank, if all share a host
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
   std::shared_ptr<const algo::CostModel> model_;  // from the topology's link classes

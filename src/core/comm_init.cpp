@@ -18,15 +18,8 @@
 #include "bootstrap/watched_store.hpp"
 #include "core/comm_impl.hpp"
 #include "topology/comm_topology.hpp"
-#include "transports/net_group.hpp"
-#include "transports/tcp/net_interfaces.hpp"
-#include "transports/tcp/tcp_transport.hpp"
-#if CHORUS_HAVE_UCX
-#include "transports/ucx/ucx_transport.hpp"
-#endif
-#if CHORUS_HAVE_VERBS
-#include "transports/ib/ib_transport.hpp"
-#endif
+#include "transports/factory.hpp"
+#include "transports/shm/shm_group.hpp"
 
 namespace chorus {
 
@@ -175,23 +168,20 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
         std::make_shared<const algo::CostModel>(algo::CostModel::forTopology(*topology_, emulatedHosts_));
     if (rank_ == 0) logInfo(Subsys::Tuning, "cost model: ", model_->describe());
   }
-  std::vector<bool> remote(static_cast<size_t>(size_), false);
-  for (int r = 0; r < size_; ++r)
-    remote[static_cast<size_t>(r)] = !hosts_[static_cast<size_t>(r)].sameHost(me);
-  const bool multiHost = std::find(remote.begin(), remote.end(), true) != remote.end();
-  if (size_ > 1 && !multiHost) {
-    transport::ShmGroupOptions options;
-    options.jobTag = id;
-    commId_ = id;
+  commId_ = id;
+  {
+    transport::ConnectOptions options;
+    options.commId = id;
+    options.remote.resize(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      options.remote[static_cast<size_t>(r)] = !hosts_[static_cast<size_t>(r)].sameHost(me);
+    options.peerPids = watchablePids(hosts_, me, nullptr);
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
-    options.peerPids = watchablePids(hosts_, me, nullptr);
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
-    shm_ = std::make_unique<transport::ShmGroup>(*store_, rank_, size_, options);
-  } else if (multiHost) {
-    commId_ = id;
-    initMultiHost(remote, id);
+    peers_ = transport::connectPeers(store_, rank_, size_, options);
+    shm_ = peers_->shm();
   }
   // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.
   cpu_set_t cpus;
@@ -206,175 +196,6 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   }
   logInfo(Subsys::Init, "rank ", rank_, " of ", size_, ": communicator ", id, " ready (timeout ",
           timeout.count(), " ms)");
-}
-
-namespace {
-
-// RDMA hardware the kernel knows (InfiniBand, RoCE, iWARP): where UCX can do better than TCP.
-[[maybe_unused]] bool haveRdmaDevices() {
-  std::error_code ec;
-  auto it = std::filesystem::directory_iterator("/sys/class/infiniband", ec);
-  return !ec && it != std::filesystem::directory_iterator();
-}
-
-}  // namespace
-
-// The kinds of transport this rank offers to ranks on other hosts, in preference order.
-std::vector<transport::NetKind> CommImpl::netOffers() {
-  using transport::NetKind;
-  const EnvConfig& env = envConfig();
-  std::string ucxWhy = "this build has no UCX transport (configured with CHORUS_WITH_UCX=OFF)";
-  // UCX is loaded only when it may be used: named in CHORUS_NET, or RDMA devices exist.
-  bool ucx = false;
-#if CHORUS_HAVE_UCX
-  if (env.net.find("ucx") != std::string::npos || (env.net.empty() && haveRdmaDevices()))
-    ucx = transport::ucxAvailable(&ucxWhy);
-#endif
-  std::string ibWhy = "this build has no RDMA verbs transport (configured with CHORUS_WITH_VERBS=OFF)";
-  bool ib = false;
-#if CHORUS_HAVE_VERBS
-  ib = transport::ibAvailable(ibOptions(""), &ibWhy);
-#endif
-  if (!env.net.empty()) {
-    std::vector<NetKind> kinds;
-    for (NetKind k : transport::parseNetKinds(env.net)) {
-      if (k == NetKind::Ucx && !ucx)
-        fail(chorusInvalidUsage,
-             strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
-      if (k == NetKind::Ib && !ib)
-        fail(chorusInvalidUsage, strCat("rank ", rank_, ": CHORUS_NET=", env.net, " names ib, but ", ibWhy));
-      kinds.push_back(k);
-    }
-    return kinds;
-  }
-  // Automatic: RDMA verbs where a device is up; UCX only where there is RDMA hardware for it (over
-  // Ethernet alone Chorus's own TCP transport is the faster: docs/networking.md); TCP always.
-  std::vector<NetKind> kinds;
-  if (ib) kinds.push_back(NetKind::Ib);
-  if (ucx) kinds.push_back(NetKind::Ucx);
-  kinds.push_back(NetKind::Tcp);
-  if (rank_ == 0 && !ib) logInfo(Subsys::Net, "RDMA verbs transport not used: ", ibWhy);
-  return kinds;
-}
-
-#if CHORUS_HAVE_VERBS
-transport::IbOptions CommImpl::ibOptions(const std::string& id) const {
-  const EnvConfig& env = envConfig();
-  transport::IbOptions ib;
-  ib.commId = id;
-  ib.ringBytes = env.socketBufferBytes;
-  ib.timeout = config_.timeout;
-  ib.hca = env.ibHca;
-  ib.port = env.ibPort;
-  ib.gidIndex = env.ibGidIndex;
-  return ib;
-}
-#endif
-
-void CommImpl::initMultiHost(const std::vector<bool>& remote, const std::string& id) {
-  using transport::NetKind;
-  // Peers on this host talk through a shared-memory group of their own (local index order).
-  localIndex_.assign(static_cast<size_t>(size_), -1);
-  for (int r = 0; r < size_; ++r) {
-    if (!remote[static_cast<size_t>(r)]) {
-      localIndex_[static_cast<size_t>(r)] = static_cast<int>(localRanks_.size());
-      localRanks_.push_back(r);
-    }
-  }
-  if (localRanks_.size() > 1) {
-    transport::ShmGroupOptions options;
-    options.jobTag = strCat(id, "h", localRanks_.front());
-    options.fifoBytes = config_.shmFifoBytes;
-    options.stageBytes = config_.shmStageBytes;
-    options.timeout = config_.timeout;
-    options.peerPids = watchablePids(hosts_, hosts_[static_cast<size_t>(rank_)], &localRanks_);
-    options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
-    auto hostStore = makePrefixStore(strCat("host", localRanks_.front(), "/"), store_);
-    localShm_ = std::make_unique<transport::ShmGroup>(*hostStore, localIndex_[static_cast<size_t>(rank_)],
-                                                      static_cast<int>(localRanks_.size()), options);
-  }
-
-  // Each pair of ranks on different hosts uses the best kind of transport both offer.
-  const std::vector<NetKind> mine = netOffers();
-  store_->setString(strCat("netkinds/", rank_), transport::formatNetKinds(mine));
-  std::vector<int> kindOfPeer(static_cast<size_t>(size_), -1);  // index into kNetPreference
-  for (int r = 0; r < size_; ++r) {
-    if (!remote[static_cast<size_t>(r)]) continue;
-    const std::string theirs = store_->getString(strCat("netkinds/", r), config_.timeout);
-    NetKind k;
-    if (!transport::chooseNetKind(mine, transport::parseNetKinds(theirs), &k)) {
-      fail(chorusInvalidUsage,
-           strCat("rank ", rank_, " (offers ", transport::formatNetKinds(mine), ") and rank ", r, " (offers ",
-                  theirs, ") have no transport in common; check CHORUS_NET"));
-    }
-    kindOfPeer[static_cast<size_t>(r)] = static_cast<int>(k);
-  }
-  std::vector<std::unique_ptr<transport::NetTransport>> transports;
-  std::vector<int> byPeer(static_cast<size_t>(size_), -1);
-  std::string summary;
-  // Every rank sets the kinds up in the same order, each collective over the pairs that use it.
-  for (NetKind k : transport::kNetPreference) {
-    std::vector<bool> peers(static_cast<size_t>(size_), false);
-    int count = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (kindOfPeer[static_cast<size_t>(r)] == static_cast<int>(k)) {
-        peers[static_cast<size_t>(r)] = true;
-        ++count;
-      }
-    }
-    if (count == 0) continue;
-    try {
-      transports.push_back(makeNetTransport(k, peers, id));
-    } catch (const Error& e) {
-      fail(e.code(),
-           strCat("rank ", rank_, ": setting up the ", transport::netKindName(k), " transport: ", e.what()));
-    }
-    for (int r = 0; r < size_; ++r) {
-      if (peers[static_cast<size_t>(r)])
-        byPeer[static_cast<size_t>(r)] = static_cast<int>(transports.size() - 1);
-    }
-    summary += strCat(summary.empty() ? "" : ", ", count, " over ", transport::netKindName(k), " (",
-                      transports.back()->describeLocal(), ")");
-  }
-  net_ = std::make_unique<transport::NetGroup>(std::move(transports), std::move(byPeer));
-  logInfo(Subsys::Net, "rank ", rank_, " offers ", transport::formatNetKinds(mine), "; its ",
-          size_ - static_cast<int>(localRanks_.size()), " peer(s) on other hosts: ", summary);
-}
-
-std::unique_ptr<transport::NetTransport> CommImpl::makeNetTransport(transport::NetKind kind,
-                                                                    const std::vector<bool>& peers,
-                                                                    const std::string& id) {
-  const EnvConfig& env = envConfig();
-#if CHORUS_HAVE_VERBS
-  if (kind == transport::NetKind::Ib)
-    return std::make_unique<transport::IbTransport>(*store_, rank_, size_, peers, ibOptions(id));
-#endif
-#if CHORUS_HAVE_UCX
-  if (kind == transport::NetKind::Ucx) {
-    transport::UcxOptions ucx;
-    ucx.commId = id;
-    ucx.ringBytes = env.socketBufferBytes;
-    ucx.timeout = config_.timeout;
-    return std::make_unique<transport::UcxTransport>(*store_, rank_, size_, peers, ucx);
-  }
-#endif
-  if (kind != transport::NetKind::Tcp)
-    fail(chorusInternalError, strCat("no ", transport::netKindName(kind), " transport in this build"));
-  transport::TcpOptions tcp;
-  tcp.commId = id;
-  tcp.streams = env.socketStreams;
-  tcp.ringBytes = env.socketBufferBytes;
-  tcp.frameBytes = std::min<size_t>(size_t{512} << 10, env.socketBufferBytes / 2);
-  tcp.checksum = env.socketChecksum;
-  tcp.ifname = env.socketIfname;
-  tcp.family = transport::parseFamily(env.socketFamily);
-  tcp.timeout = config_.timeout;
-  auto t = std::make_unique<transport::TcpTransport>(*store_, rank_, size_, peers, tcp);
-  if (rank_ == 0) {
-    logInfo(Subsys::Net, "TCP: ", tcp.streams, " stream(s) per pair, ", formatBytes(tcp.ringBytes), " rings",
-            tcp.checksum ? ", CRC-32C on every frame" : "", "; rank 0 advertises ", t->describeLocal());
-  }
-  return t;
 }
 
 std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Config& config) {

@@ -16,14 +16,9 @@
 #include "core/device.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "topology/comm_topology.hpp"
+#include "transports/factory.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/tcp/net_interfaces.hpp"
-#if CHORUS_HAVE_UCX
-#include "transports/ucx/ucx_transport.hpp"
-#endif
-#if CHORUS_HAVE_VERBS
-#include "transports/ib/ib_transport.hpp"
-#endif
 
 namespace {
 
@@ -72,31 +67,10 @@ int main(int argc, char** argv) {
       netChoice = strCat("none: ", e.what());
     }
 
-    // UCX: built in, and loadable here?
-    std::string ucxState = "not built (configured with CHORUS_WITH_UCX=OFF)";
-    bool ucxReady = false;
-#if CHORUS_HAVE_UCX
-    ucxReady = transport::ucxAvailable(&ucxState);
-    if (ucxReady)
-      ucxState = "yes (between hosts with CHORUS_NET=ucx, or automatically where RDMA devices exist)";
-    else
-      ucxState = strCat("built, but not usable here: ", ucxState);
-#endif
-
-    std::string ibState = "not built (configured with CHORUS_WITH_VERBS=OFF)";
-    bool ibReady = false;
-#if CHORUS_HAVE_VERBS
-    {
-      transport::IbOptions o;
-      o.hca = env.ibHca;
-      o.port = env.ibPort;
-      ibReady = transport::ibAvailable(o, &ibState);
-      if (ibReady)
-        ibState = "yes (between hosts, preferred where both ends have an active RDMA port)";
-      else
-        ibState = strCat("built, not used here: ", ibState);
-    }
-#endif
+    // UCX and verbs: built in, and usable here?
+    std::string ucxState, ibState;
+    const bool ucxReady = transport::netKindUsable(transport::NetKind::Ucx, &ucxState);
+    const bool ibReady = transport::netKindUsable(transport::NetKind::Ib, &ibState);
 
     std::string cudaState;
     const bool cudaReady = device::available(&cudaState);

@@ -593,7 +593,7 @@ IbTransport::~IbTransport() = default;
 SendPipe& IbTransport::sendPipe(int peer) { return impl_->peer(peer)->sendPipe; }
 RecvPipe& IbTransport::recvPipe(int peer) { return impl_->peer(peer)->recvPipe; }
 
-void IbTransport::publishFailure(const std::string& text) {
+void IbTransport::publishFailure(chorusResult_t, const std::string& text) {
   Impl& t = *impl_;
   std::lock_guard lk(t.mu);
   if (t.failed) return;
@@ -614,7 +614,8 @@ void IbTransport::publishFailure(const std::string& text) {
   while (busy() && Clock::now() < deadline) t.pollLocked();
 }
 
-int IbTransport::findPeerFailure(std::string* text) {
+int IbTransport::findPeerFailure(chorusResult_t* code, std::string* text) {
+  *code = chorusRemoteError;  // the notices carry the text only
   Impl& t = *impl_;
   std::lock_guard lk(t.mu);
   t.pollLocked();
@@ -635,7 +636,7 @@ int IbTransport::findPeerFailure(std::string* text) {
   return -1;
 }
 
-void IbTransport::waitReadable(std::chrono::microseconds timeout) {
+bool IbTransport::waitReadable(std::chrono::microseconds timeout) {
   Impl& t = *impl_;
   {
     std::lock_guard lk(t.mu);
@@ -644,11 +645,12 @@ void IbTransport::waitReadable(std::chrono::microseconds timeout) {
     // reading now would otherwise make every wait return at once.
     if (t.arrivals != t.seen) {
       t.seen = t.arrivals;
-      return;
+      return true;
     }
   }
   // Completions are polled (no completion channel): short sleeps keep the latency low.
   std::this_thread::sleep_for(std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(50)));
+  return true;
 }
 
 size_t IbTransport::memoryBytes() const {

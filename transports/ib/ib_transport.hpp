@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "chorus/store.hpp"
-#include "transports/net_transport.hpp"
+#include "transports/transport.hpp"
 
 namespace chorus::transport {
 
@@ -44,7 +44,7 @@ struct IbOptions {
 /// Function not implemented (errno 38)", "no RDMA devices", "mlx5_0 port 1 is not active").
 bool ibAvailable(const IbOptions& options, std::string* why);
 
-class IbTransport final : public NetTransport {
+class IbTransport final : public Transport {
  public:
   /// Collective over every rank r with peers[r] true (and this rank). Throws chorus::Error naming
   /// the device, the verbs call and the peer on failure.
@@ -57,9 +57,9 @@ class IbTransport final : public NetTransport {
   const char* name() const override { return "ib"; }
   SendPipe& sendPipe(int peer) override;
   RecvPipe& recvPipe(int peer) override;
-  void publishFailure(const std::string& text) override;
-  int findPeerFailure(std::string* text) override;
-  void waitReadable(std::chrono::microseconds timeout) override;
+  void publishFailure(chorusResult_t code, const std::string& text) override;
+  int findPeerFailure(chorusResult_t* code, std::string* text) override;
+  bool waitReadable(std::chrono::microseconds timeout) override;
   const std::string& describeLocal() const override { return local_; }
   size_t memoryBytes() const override;
 

@@ -110,6 +110,7 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
     }
   };
   const std::string own = segmentName(options.jobTag, rank);
+  ownName_ = own;
   segments_.resize(static_cast<size_t>(nranks));
   try {
     segments_[static_cast<size_t>(rank)] = ShmSegment::create(own, segmentBytes_);
@@ -286,7 +287,7 @@ bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferR
   return true;
 }
 
-int ShmGroup::findPeerFailure(chorusResult_t* code, std::string* text) const {
+int ShmGroup::findPeerFailure(chorusResult_t* code, std::string* text) {
   for (int r = 0; r < nranks_; ++r) {
     if (r == rank_) continue;
     Header* h = header(r);

@@ -26,6 +26,7 @@
 #include "transports/shm/shm_channel.hpp"
 #include "transports/shm/shm_memory.hpp"
 #include "transports/shm/shm_segment.hpp"
+#include "transports/transport.hpp"
 
 namespace chorus::transport {
 
@@ -53,19 +54,33 @@ struct ShmGroupOptions {
   std::function<void()> throwIfPeerFailed;
 };
 
-class ShmGroup {
+/// The pipes between the ranks of one host, and the shared-memory capability the direct algorithms
+/// use (staging area, sync flags, low-latency lines, buffer exchange), which no other transport has.
+class ShmGroup final : public Transport {
  public:
   /// Collective over all `nranks` ranks (uses `store` to rendezvous).
   ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& options);
-  ~ShmGroup();
+  ~ShmGroup() override;
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return nranks_; }
 
-  SendPipe& sendPipe(int peer) { return *sendPipes_[static_cast<size_t>(peer)]; }
-  RecvPipe& recvPipe(int peer) { return *recvPipes_[static_cast<size_t>(peer)]; }
+  // Transport (peers numbered by group rank).
+  const char* name() const override { return "shm"; }
+  SendPipe& sendPipe(int peer) override { return *sendPipes_[static_cast<size_t>(peer)]; }
+  RecvPipe& recvPipe(int peer) override { return *recvPipes_[static_cast<size_t>(peer)]; }
+  /// Tells the peers this rank failed (first call wins); they report `text` naming this rank.
+  void publishFailure(chorusResult_t code, const std::string& text) override;
+  /// A peer that published a failure: its rank (and code and text), or -1.
+  int findPeerFailure(chorusResult_t* code, std::string* text) override;
+  /// Nothing to block on: peers write flags and FIFOs in memory, the caller naps.
+  bool waitReadable(std::chrono::microseconds) override { return false; }
+  /// This rank's segment's name.
+  const std::string& describeLocal() const override { return ownName_; }
+  /// Bytes of shared memory this rank created (its own segment).
+  size_t memoryBytes() const override { return segmentBytes_; }
 
   /// Staging half `half` (0 or 1) of rank `r`'s segment.
   std::byte* stage(int r, int half) const { return stages_[static_cast<size_t>(r)] + half * stageHalf_; }
@@ -82,11 +97,6 @@ class ShmGroup {
   void publishProgress(uint64_t seq, int kind, bool done);
   /// Rank r's progress: seq * 2 + done, and the kind of that collective.
   uint64_t progress(int r, int* kind) const;
-
-  /// Tells the peers this rank failed (first call wins); they report `text` naming this rank.
-  void publishFailure(chorusResult_t code, const std::string& text);
-  /// A peer that published a failure: its rank (and code and text), or -1.
-  int findPeerFailure(chorusResult_t* code, std::string* text) const;
 
   /// Publishes the call this rank is entering (visible to a peer once it has synchronised with this
   /// rank in that call). Two slots, by seq parity.
@@ -120,9 +130,6 @@ class ShmGroup {
   bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
                CallFingerprint* call) const;
 
-  /// Bytes of shared memory this rank created (its own segment).
-  size_t ownBytes() const { return segmentBytes_; }
-
  private:
   struct Header;
   Header* header(int r) const;
@@ -135,6 +142,7 @@ class ShmGroup {
   size_t stageHalf_;
   size_t segmentBytes_;
   std::vector<ShmSegment> segments_;  // index = rank
+  std::string ownName_;
   std::vector<std::unique_ptr<ShmSendPipe>> sendPipes_;
   std::vector<std::unique_ptr<ShmRecvPipe>> recvPipes_;
   std::vector<std::byte*> stages_;

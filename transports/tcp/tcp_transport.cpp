@@ -914,14 +914,15 @@ void TcpTransport::progressLoop() {
 SendPipe& TcpTransport::sendPipe(int peer) { return conns_[static_cast<size_t>(peer)]->sendPipe(); }
 RecvPipe& TcpTransport::recvPipe(int peer) { return conns_[static_cast<size_t>(peer)]->recvPipe(); }
 
-void TcpTransport::publishFailure(const std::string& text) {
+void TcpTransport::publishFailure(chorusResult_t, const std::string& text) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(200);
   for (auto& c : conns_) {
     if (c) c->sendFailure(text, deadline);
   }
 }
 
-int TcpTransport::findPeerFailure(std::string* text) {
+int TcpTransport::findPeerFailure(chorusResult_t* code, std::string* text) {
+  *code = chorusRemoteError;  // the notices carry the text only
   for (auto& c : conns_) {
     if (!c) continue;
     c->pull();
@@ -930,7 +931,7 @@ int TcpTransport::findPeerFailure(std::string* text) {
   return -1;
 }
 
-void TcpTransport::waitReadable(std::chrono::microseconds timeout) {
+bool TcpTransport::waitReadable(std::chrono::microseconds timeout) {
   std::vector<pollfd> fds;
   std::vector<std::pair<TcpConnection*, size_t>> owners;  // connection, its number of fds
   for (auto& c : conns_) {
@@ -939,11 +940,11 @@ void TcpTransport::waitReadable(std::chrono::microseconds timeout) {
   }
   if (fds.empty()) {
     std::this_thread::sleep_for(timeout);
-    return;
+    return true;
   }
   // poll() has millisecond resolution; ppoll takes the sleep as given.
   timespec ts{0, static_cast<long>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count())};
-  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) <= 0) return;
+  if (::ppoll(fds.data(), fds.size(), &ts, nullptr) <= 0) return true;
   // Take in what arrived, also for peers no transfer reads right now: their rings fill and stop
   // being waited on, instead of making every later wait return at once.
   size_t at = 0;
@@ -953,6 +954,7 @@ void TcpTransport::waitReadable(std::chrono::microseconds timeout) {
     at += n;
     if (ready) conn->pull();
   }
+  return true;
 }
 
 size_t TcpTransport::memoryBytes() const {

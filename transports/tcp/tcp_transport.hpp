@@ -36,7 +36,7 @@
 #include "base/socket_util.hpp"
 #include "chorus/chorus.hpp"
 #include "chorus/store.hpp"
-#include "transports/net_transport.hpp"
+#include "transports/transport.hpp"
 
 namespace chorus::transport {
 
@@ -55,7 +55,7 @@ struct TcpOptions {
 
 class TcpConnection;
 
-class TcpTransport final : public NetTransport {
+class TcpTransport final : public Transport {
  public:
   /// Collective over every rank r with remote[r] true (and this rank): listens on the selected
   /// interface, publishes the address in `store` ("net/<rank>"), connects to the higher remote
@@ -73,12 +73,12 @@ class TcpTransport final : public NetTransport {
   bool connected(int peer) const { return conns_[static_cast<size_t>(peer)] != nullptr; }
 
   /// Best effort: tells every peer this rank failed (they report `text`), then stops sending.
-  void publishFailure(const std::string& text) override;
+  void publishFailure(chorusResult_t code, const std::string& text) override;
   /// Reads what has arrived on every connection; returns a peer that sent a failure notice (and
   /// its text), or -1.
-  int findPeerFailure(std::string* text) override;
+  int findPeerFailure(chorusResult_t* code, std::string* text) override;
   /// Blocks until a socket with room in its receive ring is readable, or `timeout` passes.
-  void waitReadable(std::chrono::microseconds timeout) override;
+  bool waitReadable(std::chrono::microseconds timeout) override;
 
   /// "eth0 169.254.1.1:40211" (the interface and address this rank advertises).
   const std::string& describeLocal() const override { return local_; }

@@ -676,7 +676,7 @@ UcxTransport::~UcxTransport() = default;
 SendPipe& UcxTransport::sendPipe(int peer) { return impl_->peer(peer)->sendPipe; }
 RecvPipe& UcxTransport::recvPipe(int peer) { return impl_->peer(peer)->recvPipe; }
 
-void UcxTransport::publishFailure(const std::string& text) {
+void UcxTransport::publishFailure(chorusResult_t, const std::string& text) {
   Impl& t = *impl_;
   std::lock_guard lk(t.mu);
   if (t.failed) return;
@@ -688,7 +688,8 @@ void UcxTransport::publishFailure(const std::string& text) {
   while (t.controlPending() && Clock::now() < deadline) t.progressLocked();
 }
 
-int UcxTransport::findPeerFailure(std::string* text) {
+int UcxTransport::findPeerFailure(chorusResult_t* code, std::string* text) {
+  *code = chorusRemoteError;  // the notices carry the text only
   Impl& t = *impl_;
   std::lock_guard lk(t.mu);
   t.progressLocked();
@@ -707,7 +708,7 @@ int UcxTransport::findPeerFailure(std::string* text) {
   return -1;
 }
 
-void UcxTransport::waitReadable(std::chrono::microseconds timeout) {
+bool UcxTransport::waitReadable(std::chrono::microseconds timeout) {
   Impl& t = *impl_;
   {
     std::lock_guard lk(t.mu);
@@ -719,9 +720,9 @@ void UcxTransport::waitReadable(std::chrono::microseconds timeout) {
     // reading now would otherwise make every wait return at once.
     if (t.arrivals != t.seen) {
       t.seen = t.arrivals;
-      return;
+      return true;
     }
-    if (t.efd >= 0 && ucx().worker_arm(t.worker) != UCS_OK) return;
+    if (t.efd >= 0 && ucx().worker_arm(t.worker) != UCS_OK) return true;
   }
   // The worker's events, or the progress thread saying it took something in.
   pollfd pf[2] = {{t.wake.get(), POLLIN, 0}, {t.efd, POLLIN, 0}};
@@ -734,6 +735,7 @@ void UcxTransport::waitReadable(std::chrono::microseconds timeout) {
     uint64_t v;
     [[maybe_unused]] ssize_t r = ::read(t.wake.get(), &v, sizeof v);
   }
+  return true;
 }
 
 size_t UcxTransport::memoryBytes() const {

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "chorus/store.hpp"
-#include "transports/net_transport.hpp"
+#include "transports/transport.hpp"
 
 namespace chorus::transport {
 
@@ -42,7 +42,7 @@ struct UcxOptions {
 /// Whether UCX can be loaded here; if not, why (for logs and CHORUS_NET=ucx errors).
 bool ucxAvailable(std::string* why);
 
-class UcxTransport final : public NetTransport {
+class UcxTransport final : public Transport {
  public:
   /// Collective over every rank r with peers[r] true (and this rank): creates the worker,
   /// publishes its address ("ucx/<rank>"), connects to each peer and exchanges a hello with it.
@@ -56,9 +56,9 @@ class UcxTransport final : public NetTransport {
   const char* name() const override { return "ucx"; }
   SendPipe& sendPipe(int peer) override;
   RecvPipe& recvPipe(int peer) override;
-  void publishFailure(const std::string& text) override;
-  int findPeerFailure(std::string* text) override;
-  void waitReadable(std::chrono::microseconds timeout) override;
+  void publishFailure(chorusResult_t code, const std::string& text) override;
+  int findPeerFailure(chorusResult_t* code, std::string* text) override;
+  bool waitReadable(std::chrono::microseconds timeout) override;
   const std::string& describeLocal() const override { return local_; }
   size_t memoryBytes() const override;
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "chorus/store.hpp"
-#include "transports/net_transport.hpp"
+#include "transports/transport.hpp"
 
 namespace chorus::transport::pipetest {
 
@@ -54,7 +54,7 @@ inline uint8_t pattern(uint64_t i, int from) {
 /// Writes `bytes` of this rank's pattern to the other rank while reading as many from it. Commits
 /// are of odd sizes: chunk + (sent % 7) * stride bytes (stride 8 keeps whole 8-byte elements, as the
 /// engine does; every span read must then be whole elements too). Counts wrong bytes in *wrong.
-inline void exchange(NetTransport& t, int self, size_t bytes, size_t chunk, size_t stride, size_t* wrong) {
+inline void exchange(Transport& t, int self, size_t bytes, size_t chunk, size_t stride, size_t* wrong) {
   const int peer = 1 - self;
   SendPipe& out = t.sendPipe(peer);
   RecvPipe& in = t.recvPipe(peer);

@@ -125,11 +125,13 @@ TEST(IbTransport, AFullSendQueueWaitsForCompletions) {
 TEST(IbTransport, FailureNoticeReachesThePeerWithItsText) {
   fake::reset({{"mlx5_0", true, false}});
   Pair p(fakeOptions());
-  p.t[0]->publishFailure("rank 0: allreduce #3 timed out");
+  p.t[0]->publishFailure(chorusTimeout, "rank 0: allreduce #3 timed out");
   std::string notice;
-  EXPECT_EQ(p.t[1]->findPeerFailure(&notice), 0);
+  chorusResult_t code = chorusSuccess;
+  EXPECT_EQ(p.t[1]->findPeerFailure(&code, &notice), 0);
+  EXPECT_EQ(code, chorusRemoteError);  // the notices carry no code
   EXPECT_EQ(notice, "rank 0: allreduce #3 timed out");
-  EXPECT_EQ(p.t[0]->findPeerFailure(&notice), -1);
+  EXPECT_EQ(p.t[0]->findPeerFailure(&code, &notice), -1);
 }
 
 TEST(IbTransport, APeerThatGoesAwayIsReadToTheEndThenNamed) {
@@ -146,6 +148,7 @@ TEST(IbTransport, APeerThatGoesAwayIsReadToTheEndThenNamed) {
   size_t got = 0, wrong = 0;
   std::string text;
   std::string notice;
+  chorusResult_t code = chorusSuccess;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   try {
     while (std::chrono::steady_clock::now() < deadline) {
@@ -154,7 +157,7 @@ TEST(IbTransport, APeerThatGoesAwayIsReadToTheEndThenNamed) {
       p.t[1]->recvPipe(0).consume(r.size());
       got += r.size();
       if (r.empty()) {
-        EXPECT_EQ(p.t[1]->findPeerFailure(&notice), -1);  // going away is not a failure notice
+        EXPECT_EQ(p.t[1]->findPeerFailure(&code, &notice), -1);  // going away is not a failure notice
         p.t[1]->waitReadable(std::chrono::microseconds(1000));
       }
     }
@@ -175,11 +178,12 @@ TEST(IbTransport, AnIdleWaitFindsAPeerThatDiedWhileNothingWasExchanged) {
   Pair p(fakeOptions());
   p.t[0].reset();
   std::string text, notice;
+  chorusResult_t code = chorusSuccess;
   const auto start = std::chrono::steady_clock::now();
   try {
     while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
       if (!p.t[1]->recvPipe(0).peek().empty()) break;
-      p.t[1]->findPeerFailure(&notice);
+      p.t[1]->findPeerFailure(&code, &notice);
       p.t[1]->waitReadable(std::chrono::microseconds(1000));
     }
   } catch (const PeerError& e) {

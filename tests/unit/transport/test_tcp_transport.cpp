@@ -210,7 +210,7 @@ TEST(TcpTransport, FailureNoticeReachesThePeerWithItsText) {
   std::memset(s.data(), 0x5A, 8);
   p.t[0]->sendPipe(1).commit(8);
   p.t[0]->sendPipe(1).flush();
-  p.t[0]->publishFailure("rank 0: allreduce #3 timed out");
+  p.t[0]->publishFailure(chorusTimeout, "rank 0: allreduce #3 timed out");
   size_t got = 0;
   std::string text;
   try {
@@ -225,7 +225,9 @@ TEST(TcpTransport, FailureNoticeReachesThePeerWithItsText) {
   EXPECT_EQ(got, 8u);
   EXPECT_NE(text.find("rank 0 failed: rank 0: allreduce #3 timed out"), std::string::npos) << text;
   std::string notice;
-  EXPECT_EQ(p.t[1]->findPeerFailure(&notice), 0);
+  chorusResult_t code = chorusSuccess;
+  EXPECT_EQ(p.t[1]->findPeerFailure(&code, &notice), 0);
+  EXPECT_EQ(code, chorusRemoteError);  // the notices carry no code
   EXPECT_EQ(notice, "rank 0: allreduce #3 timed out");
 }
 
@@ -243,7 +245,8 @@ TEST(TcpTransport, APeerThatGoesAwayIsNamedNotWaitedFor) {
   EXPECT_NE(text.find("rank 0 (127.0.0.1:"), std::string::npos) << text;
   EXPECT_NE(text.find("closed its connection"), std::string::npos) << text;
   std::string notice;
-  EXPECT_EQ(p.t[1]->findPeerFailure(&notice), -1);  // closing is not a failure notice
+  chorusResult_t code = chorusSuccess;
+  EXPECT_EQ(p.t[1]->findPeerFailure(&code, &notice), -1);  // closing is not a failure notice
 }
 
 TEST(TcpTransport, APeerThatClosesAfterItsLastFramesIsReadToTheEnd) {

@@ -1,7 +1,7 @@
 // The UCX transport: two transports in one process (ranks as threads) moving data through their
 // pipes over UCX's tcp transport, with small rings that wrap, a failure notice,
 // a peer that goes away and sends that finish without the engine. Also the per-pair choice of a
-// transport kind (net_group).
+// transport kind (transports/factory).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,7 +13,7 @@
 
 #include "chorus/store.hpp"
 #include "pipe_test_util.hpp"
-#include "transports/net_group.hpp"
+#include "transports/factory.hpp"
 #include "transports/ucx/ucx_transport.hpp"
 
 using namespace chorus;
@@ -68,7 +68,7 @@ struct Pair : TransportPair<UcxTransport, UcxOptions> {
 };
 
 // Reads from rank 0 until `bytes` arrived or the peer is reported; returns the error text.
-std::string readAll(NetTransport& t, size_t bytes, size_t* got, size_t* wrong) {
+std::string readAll(Transport& t, size_t bytes, size_t* got, size_t* wrong) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   try {
     while (std::chrono::steady_clock::now() < deadline) {
@@ -149,14 +149,16 @@ TEST(UcxTransport, SharedMemoryAloneIsRefusedClearly) {
 TEST(UcxTransport, FailureNoticeReachesThePeerWithItsText) {
   if (skipWithoutUcx()) GTEST_SKIP() << "UCX cannot be loaded";
   Pair p("tcp");
-  p.t[0]->publishFailure("rank 0: allreduce #3 timed out");
+  p.t[0]->publishFailure(chorusTimeout, "rank 0: allreduce #3 timed out");
   std::string notice;
+  chorusResult_t code = chorusSuccess;
   int from = -1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (from < 0 && std::chrono::steady_clock::now() < deadline) from = p.t[1]->findPeerFailure(&notice);
+  while (from < 0 && std::chrono::steady_clock::now() < deadline)
+    from = p.t[1]->findPeerFailure(&code, &notice);
   EXPECT_EQ(from, 0);
   EXPECT_EQ(notice, "rank 0: allreduce #3 timed out");
-  EXPECT_EQ(p.t[0]->findPeerFailure(&notice), -1);
+  EXPECT_EQ(p.t[0]->findPeerFailure(&code, &notice), -1);
 }
 
 TEST(UcxTransport, APeerThatClosesAfterItsLastDataIsReadToTheEndThenNamed) {
@@ -173,7 +175,8 @@ TEST(UcxTransport, APeerThatClosesAfterItsLastDataIsReadToTheEndThenNamed) {
   text = readAll(*p.t[1], 0, &got, &wrong);
   EXPECT_NE(text.find("the UCX connection with rank 0 failed"), std::string::npos) << text;
   std::string notice;
-  EXPECT_EQ(p.t[1]->findPeerFailure(&notice), -1);  // closing is not a failure notice
+  chorusResult_t code = chorusSuccess;
+  EXPECT_EQ(p.t[1]->findPeerFailure(&code, &notice), -1);  // closing is not a failure notice
 }
 
 TEST(UcxTransport, SendsFinishAfterTheEngineStopsCalling) {
