@@ -52,7 +52,8 @@ class Context {
   /// Zero-copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed) and
   /// synchronises. If zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc
   /// memory, fills `peers` (one entry per rank, own included) and returns true; otherwise false.
-  /// Every rank gets the same answer. Costs one synchronisation, so only for large messages.
+  /// Every rank gets the same answer. A rank whose own buffers are ordinary memory answers at
+  /// once; the others wait for every rank's buffers (one synchronisation), so only for large messages.
   virtual bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
                                std::vector<PeerBuffers>& peers) = 0;
   /// Whether exchangeBuffers() can ever succeed on this communicator (same on every rank).

@@ -661,8 +661,14 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
   // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
   // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
   const transport::CallFingerprint call = curOp_ ? call_ : transport::CallFingerprint{};
-  shm_->publishBuffers(seq, s, r, (!sendBytes || s.valid()) && (!recvBytes || r.valid()), call);
-  syncAll();
+  const bool mine = (!sendBytes || s.valid()) && (!recvBytes || r.valid());
+  tsanReleaseShm();
+  shm_->publishBuffers(seq, s, r, mine, call);
+  // Zero copy needs every rank's buffers: a rank whose own are ordinary memory knows the answer and
+  // goes on at once (its peers read it in its slot), so buffers in ordinary memory, the common case,
+  // cost no synchronisation. Only ranks whose buffers are all shared wait for every peer's slot.
+  if (!mine) return false;
+  awaitBuffers(seq);
   std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(size_)), recvs(sends.size());
   bool allUsable = true;
   std::string differ;
@@ -711,6 +717,32 @@ bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, s
     }
   }
   return true;
+}
+
+void CommImpl::awaitBuffers(uint64_t seq) {
+  engine::Waiter waiter = makeWaiter();
+  int next = 0;  // ranks below `next` have published exchange `seq`
+  for (;;) {
+    while (next < size_ && shm_->buffersSeq(next, seq) == seq) ++next;
+    if (next == size_) {
+      tsanAcquireShm();
+      return;
+    }
+    // A peer synchronising past this rank's last synchronisation, from another call, will never
+    // publish this exchange.
+    uint16_t tag = 0;
+    if (shm_->syncFlag(next, &tag) > syncCounter_ && tag != tag_) callMismatch(next);
+    waiter.idle(
+        [&] {
+          std::string missing;
+          for (int k = 0; k < size_; ++k) {
+            if (shm_->buffersSeq(k, seq) != seq) missing += strCat(missing.empty() ? "" : ", ", k);
+          }
+          return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing,
+                        " to publish their buffers");
+        },
+        [&](int k) { return shm_->buffersSeq(k, seq) != seq; });
+  }
 }
 
 std::byte* CommImpl::scratch(size_t bytes, int slot) {

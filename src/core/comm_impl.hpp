@@ -148,6 +148,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
   void checkCallsMatch();
+  // Waits until every rank has published buffer exchange `seq` (exchangeBuffers).
+  void awaitBuffers(uint64_t seq);
   // Compares the peers' published calls with call_ and fails naming those that differ; with
   // `allArrived` (after a synchronisation with every rank), a peer not yet in this call differs too.
   void verifyPeerCalls(const char* how, bool allArrived);

@@ -181,4 +181,37 @@ TEST(ZeroCopy, ImmediateReuseNeverCorrupts) {
   });
 }
 
+// Which ranks' buffers are shared changes from call to call (all, some, none), back to back: a
+// rank with ordinary buffers answers the buffer exchange at once, without waiting for its peers, so
+// it can run ahead into the staged path (and the next exchange) while a peer still reads its slot.
+TEST(ZeroCopy, ChangingMixEveryCallStaysExact) {
+  const int n = 3;
+  auto comms = Communicator::createLocal(n, testConfig());
+  const size_t count = 1 << 15;  // 128 KiB: past the zero-copy threshold
+  runRanks(comms, [&](Communicator& c, int r) {
+    RankBuffers shared(true, count, count * n), heap(false, count, count * n);
+    for (int iter = 0; iter < 60; ++iter) {
+      // iter % 4: 0 all shared, 1 only rank iter % 3, 2 all but rank iter % 3, 3 none.
+      const int pick = iter % 3;
+      const bool mine = iter % 4 == 0 || (iter % 4 == 1 && r == pick) || (iter % 4 == 2 && r != pick);
+      RankBuffers& b = mine ? shared : heap;
+      for (size_t i = 0; i < count; ++i)
+        b.send[i] = static_cast<float>(iter * 8 + r + static_cast<int>(i % 5));
+      c.allReduce(b.send, b.recv, count, DataType::Float32, ReduceOp::Sum);
+      for (size_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>(n * (iter * 8 + static_cast<int>(i % 5)) + 0 + 1 + 2);
+        ASSERT_EQ(b.recv[i], want) << "iteration " << iter << " rank " << r << " element " << i;
+      }
+      c.allGather(b.send, b.recv, count, DataType::Float32);
+      for (int k = 0; k < n; ++k) {
+        for (size_t i = 0; i < count; ++i) {
+          const float want = static_cast<float>(iter * 8 + k + static_cast<int>(i % 5));
+          ASSERT_EQ(b.recv[static_cast<size_t>(k) * count + i], want)
+              << "allgather iteration " << iter << " block " << k;
+        }
+      }
+    }
+  });
+}
+
 }  // namespace

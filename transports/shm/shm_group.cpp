@@ -42,7 +42,7 @@ struct ShmGroup::Header {
   static_assert(sizeof(LlLine) == 64);
   LlLine ll[2][kLlLines];
   struct BufferSlot {
-    uint64_t seq;
+    std::atomic<uint64_t> seq;  // written last (release): the exchange the slot holds
     SharedBufferRef send, recv;
     bool usable;
     CallFingerprint call;
@@ -273,13 +273,22 @@ uint64_t ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
 
 void ShmGroup::publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv,
                               bool usable, const CallFingerprint& call) {
-  header(rank_)->buffers[seq & 1] = Header::BufferSlot{seq, send, recv, usable, call};
+  Header::BufferSlot& b = header(rank_)->buffers[seq & 1];
+  b.send = send;
+  b.recv = recv;
+  b.usable = usable;
+  b.call = call;
+  b.seq.store(seq, std::memory_order_release);
+}
+
+uint64_t ShmGroup::buffersSeq(int r, uint64_t seq) const {
+  return header(r)->buffers[seq & 1].seq.load(std::memory_order_acquire);
 }
 
 bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
                        CallFingerprint* call) const {
   const Header::BufferSlot& b = header(r)->buffers[seq & 1];
-  if (b.seq != seq) return false;
+  if (b.seq.load(std::memory_order_acquire) != seq) return false;
   *send = b.send;
   *recv = b.recv;
   *usable = b.usable;

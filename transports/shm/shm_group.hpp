@@ -120,12 +120,15 @@ class ShmGroup final : public Transport {
   /// Copies the payload of rank r's slot (call after llArrived returned true); returns its call word.
   uint64_t llCopy(int r, int slot, void* out, size_t bytes) const;
 
-  /// Publishes where this rank's buffers of exchange `seq` live (visible after the next
-  /// setSyncFlag). Two slots by seq parity, as for fingerprints: exchanges are synchronisations.
+  /// Publishes where this rank's buffers of exchange `seq` live (release: a peer that reads `seq`
+  /// in the slot sees the rest). Two slots by seq parity: a rank publishes exchange seq + 2 only
+  /// after a synchronisation of collective seq + 1, which every reader of seq has passed.
   /// `usable`: every buffer this rank needs is in shared memory.
   /// `call`: the collective the buffers are for, which the peers compare with theirs.
   void publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv, bool usable,
                       const CallFingerprint& call);
+  /// The exchange rank r's slot for `seq` holds now (acquire).
+  uint64_t buffersSeq(int r, uint64_t seq) const;
   /// Rank r's buffers of exchange `seq` (false if r published another exchange there).
   bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
                CallFingerprint* call) const;
