@@ -1,4 +1,4 @@
-// Calls on device buffers (a non-NULL stream). Implemented in src/device/device_comm.cpp where
+// Calls on device buffers (a non-NULL stream). Implemented in src/device (device_api.cpp) where
 // CUDA is built, and in core/device_none.cpp (every call refused) where it is not, so that the core
 // never includes a CUDA header.
 #pragma once
