@@ -95,14 +95,12 @@ IbOptions ibOptions(const std::string& id, std::chrono::milliseconds timeout) {
 #endif
 
 // The kinds of transport this rank offers to ranks on other hosts, in preference order.
-std::vector<NetKind> netOffers(int rank, std::chrono::milliseconds timeout) {
-  const EnvConfig& env = envConfig();
+std::vector<NetKind> netOffers(int rank, const std::string& net, std::chrono::milliseconds timeout) {
   std::string ucxWhy = "this build has no UCX transport (configured with CHORUS_WITH_UCX=OFF)";
   // UCX is loaded only when it may be used: named in CHORUS_NET, or RDMA devices exist.
   bool ucx = false;
 #if CHORUS_HAVE_UCX
-  if (env.net.find("ucx") != std::string::npos || (env.net.empty() && haveRdmaDevices()))
-    ucx = ucxAvailable(&ucxWhy);
+  if (net.find("ucx") != std::string::npos || (net.empty() && haveRdmaDevices())) ucx = ucxAvailable(&ucxWhy);
 #endif
   std::string ibWhy = "this build has no RDMA verbs transport (configured with CHORUS_WITH_VERBS=OFF)";
   bool ib = false;
@@ -111,13 +109,13 @@ std::vector<NetKind> netOffers(int rank, std::chrono::milliseconds timeout) {
 #else
   (void)timeout;
 #endif
-  if (!env.net.empty()) {
+  if (!net.empty()) {
     std::vector<NetKind> kinds;
-    for (NetKind k : parseNetKinds(env.net)) {
+    for (NetKind k : parseNetKinds(net)) {
       if (k == NetKind::Ucx && !ucx)
-        fail(chorusInvalidUsage, strCat("rank ", rank, ": CHORUS_NET=", env.net, " names ucx, but ", ucxWhy));
+        fail(chorusInvalidUsage, strCat("rank ", rank, ": CHORUS_NET=", net, " names ucx, but ", ucxWhy));
       if (k == NetKind::Ib && !ib)
-        fail(chorusInvalidUsage, strCat("rank ", rank, ": CHORUS_NET=", env.net, " names ib, but ", ibWhy));
+        fail(chorusInvalidUsage, strCat("rank ", rank, ": CHORUS_NET=", net, " names ib, but ", ibWhy));
       kinds.push_back(k);
     }
     return kinds;
@@ -247,7 +245,7 @@ std::unique_ptr<PeerSet> connectPeers(std::shared_ptr<Store> store, int rank, in
   if (local.size() == n) return std::make_unique<PeerSet>(rank, size, std::move(members), everyRank);
 
   // Each pair of ranks on different hosts uses the best kind of transport both offer.
-  const std::vector<NetKind> mine = netOffers(rank, options.timeout);
+  const std::vector<NetKind> mine = netOffers(rank, options.net, options.timeout);
   store->setString(strCat("netkinds/", rank), formatNetKinds(mine));
   std::vector<int> kindOfPeer(n, -1);  // a NetKind, where remote
   for (int r = 0; r < size; ++r) {

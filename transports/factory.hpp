@@ -39,13 +39,15 @@ struct ConnectOptions {
   size_t fifoBytes = 0;       // shared-memory pipe and staging sizes (the same on every rank)
   size_t stageBytes = 0;
   std::chrono::milliseconds timeout{0};
+  /// The kinds this rank offers between hosts ("tcp", "ucx,tcp"); empty: chosen from what is there.
+  std::string net;
   /// Throws the failure a peer published, if one did (called when a peer is found gone in set-up).
   std::function<void()> throwIfPeerFailed;
 };
 
 /// Collective over the communicator's `size` ranks: connects this rank to every other one (the
 /// ranks of its host through one shared-memory group, the others through the transport of each
-/// pair). Environment: CHORUS_NET, CHORUS_SOCKET_* and CHORUS_IB_* (docs/networking.md).
+/// pair). Environment: CHORUS_SOCKET_* and CHORUS_IB_* (docs/networking.md).
 std::unique_ptr<PeerSet> connectPeers(std::shared_ptr<Store> store, int rank, int size,
                                       const ConnectOptions& options);
 

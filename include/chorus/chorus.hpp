@@ -128,6 +128,15 @@ struct CHORUS_API Config {
   /// Without it, a hash of the call travels with every message and sync flag, and a mismatch it
   /// finds is the same error (16 bits of hash on most paths: 1 mismatch in 65535 can pass).
   bool checkCalls = false;
+  /// Read peers' chorusMemAlloc buffers in place when every rank's are such (CHORUS_ZERO_COPY):
+  /// -1 takes the environment's setting (default on), 0 turns it off, 1 on. Rank 0's setting wins.
+  int zeroCopy = -1;
+  /// Testing and validation: the ranks of one host play this many hosts, in contiguous blocks
+  /// (CHORUS_VIRTUAL_HOSTS): -1 takes the environment's setting, 0 or 1 is off. Rank 0's setting wins.
+  int virtualHosts = -1;
+  /// The kinds of transport between hosts this rank offers, e.g. "tcp" or "ucx,tcp" (CHORUS_NET);
+  /// empty takes the environment's setting, else what is there (docs/networking.md).
+  std::string net;
 
   /// Fills unset fields from the environment and built-in defaults.
   static Config fromEnvironment();

@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #endif
 
+#include "base/config.hpp"
 #include "cpu/dispatch_internal.hpp"
 #include "cpu/reduce.hpp"
 
@@ -18,8 +19,7 @@ constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &
 constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy};
 
 const KernelImpl& choose() {
-  const char* forced = std::getenv("CHORUS_CPU_KERNELS");
-  if (forced != nullptr && std::strcmp(forced, "portable") == 0) return kPortable;
+  if (envConfig().cpuKernels == "portable") return kPortable;
   return cpuSupportsAvx2() ? kAvx2 : kPortable;
 }
 

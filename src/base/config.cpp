@@ -1,9 +1,11 @@
 #include "base/config.hpp"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "base/error.hpp"
@@ -55,263 +57,281 @@ std::optional<size_t> parseByteSize(const std::string& text) {
 
 namespace {
 
-EnvConfig readEnv() {
+// ---- Parsers shared by the table's entries: each returns false when the text is malformed. -----
+
+bool parseFlag(const std::string& s, bool* out) {
+  if (s != "0" && s != "1") return false;
+  *out = s == "1";
+  return true;
+}
+
+bool parseLong(const std::string& s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || errno || *end != '\0' || n < lo || n > hi) return false;
+  *out = n;
+  return true;
+}
+
+// What the entries below are made of: a setting of EnvConfig of one kind, with its bounds.
+template <size_t EnvConfig::*M, size_t Lo, size_t Hi>
+bool sizeIn(const std::string& s, EnvConfig& c) {
+  auto b = parseByteSize(s);
+  if (!b || *b < Lo || *b > Hi) return false;
+  c.*M = *b;
+  return true;
+}
+template <size_t EnvConfig::*M>
+std::string showSize(const EnvConfig& c) {
+  return std::to_string(c.*M);
+}
+template <int EnvConfig::*M, long Lo, long Hi>
+bool intIn(const std::string& s, EnvConfig& c) {
+  long n = 0;
+  if (!parseLong(s, Lo, Hi, &n)) return false;
+  c.*M = static_cast<int>(n);
+  return true;
+}
+template <int EnvConfig::*M>
+std::string showInt(const EnvConfig& c) {
+  return std::to_string(c.*M);
+}
+template <bool EnvConfig::*M>
+bool flag(const std::string& s, EnvConfig& c) {
+  return parseFlag(s, &(c.*M));
+}
+template <bool EnvConfig::*M>
+std::string showFlag(const EnvConfig& c) {
+  return c.*M ? "1" : "0";
+}
+template <std::string EnvConfig::*M>
+bool text(const std::string& s, EnvConfig& c) {
+  c.*M = s;
+  return true;
+}
+template <std::string EnvConfig::*M>
+std::string showText(const EnvConfig& c) {
+  return c.*M;
+}
+
+constexpr size_t K = size_t{1} << 10, M = size_t{1} << 20, G = size_t{1} << 30;
+
+// Every setting Chorus reads from the environment: its name, what is wrong with an invalid value
+// (the end of the error message), how it is parsed into EnvConfig and shown by chorusConfigGet.
+// docs/configuration.md documents each (test_config checks that the two lists agree).
+struct Setting {
+  const char* name;
+  const char* rule;
+  bool (*parse)(const std::string& text, EnvConfig& c);
+  std::string (*show)(const EnvConfig& c);
+};
+
+const Setting kSettings[] = {
+    // Logging: NONE | WARN | INFO | TRACE (default WARN), and which subsystems INFO/TRACE come from.
+    {"CHORUS_DEBUG", "is not one of NONE, WARN, INFO, TRACE",
+     [](const std::string& s, EnvConfig& c) {
+       std::string u;
+       for (char ch : s) u += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+       if (u == "NONE" || u == "0")
+         c.logLevel = LogLevel::None;
+       else if (u == "WARN")
+         c.logLevel = LogLevel::Warn;
+       else if (u == "INFO")
+         c.logLevel = LogLevel::Info;
+       else if (u == "TRACE")
+         c.logLevel = LogLevel::Trace;
+       else
+         return false;
+       return true;
+     },
+     [](const EnvConfig& c) -> std::string {
+       switch (c.logLevel) {
+         case LogLevel::None:
+           return "NONE";
+         case LogLevel::Warn:
+           return "WARN";
+         case LogLevel::Info:
+           return "INFO";
+         case LogLevel::Trace:
+           return "TRACE";
+       }
+       return "?";
+     }},
+    {"CHORUS_DEBUG_SUBSYS",
+     "is not a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM, NET, ALL (a leading ^ excludes)",
+     [](const std::string& s, EnvConfig& c) { return parseSubsystems(s, &c.logSubsystems); },
+     [](const EnvConfig& c) {
+       if (c.logSubsystems == kAllSubsystems) return std::string("ALL");
+       std::string out;
+       for (unsigned bit = 1; bit & kAllSubsystems; bit <<= 1)
+         if (c.logSubsystems & bit)
+           out += strCat(out.empty() ? "" : ",", subsysName(static_cast<Subsys>(bit)));
+       return out;
+     }},
+    // Seconds (fractions allowed) any single wait may take (default 300).
+    {"CHORUS_TIMEOUT", "is not a positive number of seconds",
+     [](const std::string& s, EnvConfig& c) {
+       char* end = nullptr;
+       const double v = std::strtod(s.c_str(), &end);
+       if (s.empty() || *end != '\0' || !(v > 0) || v > 1e7) return false;
+       c.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(v * 1000.0)));
+       return true;
+     },
+     [](const EnvConfig& c) { return strCat(static_cast<double>(c.timeout.count()) / 1000.0); }},
+    // Algorithm overrides, grammar in algorithms/selection.cpp (checked at communicator creation).
+    {"CHORUS_ALGO", "", text<&EnvConfig::algo>, showText<&EnvConfig::algo>},
+    // Per-rank shared staging area of the direct algorithms, and each point-to-point FIFO.
+    {"CHORUS_SHM_STAGE_BYTES", "must be a size between 64K and 1G",
+     sizeIn<&EnvConfig::shmStageBytes, 64 * K, G>, showSize<&EnvConfig::shmStageBytes>},
+    {"CHORUS_SHM_FIFO_BYTES", "must be a size between 4K and 1G", sizeIn<&EnvConfig::shmFifoBytes, 4 * K, G>,
+     showSize<&EnvConfig::shmFifoBytes>},
+    // 1: compare every collective's arguments across ranks first.
+    {"CHORUS_CHECK", "must be 0 or 1", flag<&EnvConfig::checkCalls>, showFlag<&EnvConfig::checkCalls>},
+    // Outputs of at least this many bytes per rank bypass the cache ("inf": never).
+    {"CHORUS_NT_STORE_BYTES", "must be a size such as 16M, or inf",
+     sizeIn<&EnvConfig::ntStoreBytes, 0, SIZE_MAX>, showSize<&EnvConfig::ntStoreBytes>},
+    // 0: never read peers' chorusMemAlloc buffers in place. Config::zeroCopy.
+    {"CHORUS_ZERO_COPY", "must be 0 or 1", flag<&EnvConfig::zeroCopy>, showFlag<&EnvConfig::zeroCopy>},
+    // Testing: the ranks of one host play this many hosts (0 = off). Config::virtualHosts.
+    {"CHORUS_VIRTUAL_HOSTS", "must be a number of hosts (0 = off)", intIn<&EnvConfig::virtualHosts, 0, 65536>,
+     showInt<&EnvConfig::virtualHosts>},
+    // The kinds of transport between hosts this rank offers. Config::net.
+    {"CHORUS_NET", "is not a comma list of tcp, ucx, ib",
+     [](const std::string& s, EnvConfig& c) {
+       auto n = parseNetList(s);
+       if (!n) return false;
+       c.net = *n;
+       return true;
+     },
+     showText<&EnvConfig::net>},
+    // The TCP transport: interfaces (NCCL's syntax), address family, streams per pair, per-frame
+    // CRC-32C, ring bytes per direction and peer (frames are half of it, at most 512K).
+    {"CHORUS_SOCKET_IFNAME", "", text<&EnvConfig::socketIfname>, showText<&EnvConfig::socketIfname>},
+    {"CHORUS_SOCKET_FAMILY", "must be 4 or 6 (AF_INET or AF_INET6)",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "4" && s != "AF_INET" && s != "ipv4" && s != "6" && s != "AF_INET6" && s != "ipv6" &&
+           !s.empty())
+         return false;
+       c.socketFamily = s;
+       return true;
+     },
+     showText<&EnvConfig::socketFamily>},
+    {"CHORUS_SOCKET_NSTREAMS", "must be a number from 1 to 16", intIn<&EnvConfig::socketStreams, 1, 16>,
+     showInt<&EnvConfig::socketStreams>},
+    {"CHORUS_SOCKET_CHECKSUM", "must be 0 or 1", flag<&EnvConfig::socketChecksum>,
+     showFlag<&EnvConfig::socketChecksum>},
+    {"CHORUS_SOCKET_BUFFER_BYTES", "must be a size between 64K and 1G",
+     sizeIn<&EnvConfig::socketBufferBytes, 64 * K, G>, showSize<&EnvConfig::socketBufferBytes>},
+    // The RDMA verbs transport: device name prefix, port, GID index (RoCE).
+    {"CHORUS_IB_HCA", "", text<&EnvConfig::ibHca>, showText<&EnvConfig::ibHca>},
+    {"CHORUS_IB_PORT", "must be a number from 1 to 255", intIn<&EnvConfig::ibPort, 1, 255>,
+     showInt<&EnvConfig::ibPort>},
+    {"CHORUS_IB_GID_INDEX", "must be a number from 0 to 255", intIn<&EnvConfig::ibGidIndex, 0, 255>,
+     showInt<&EnvConfig::ibGidIndex>},
+    // Device buffers over CUDA IPC (rank 0's values hold): each rank's stage, the largest LL
+    // allreduce (0: no LL), one chunk of send/recv, 0 to stage every call through host memory, and
+    // whether processes sharing a GPU use IPC anyway.
+    {"CHORUS_CUDA_STAGE_BYTES", "must be a size between 64K and 1G",
+     sizeIn<&EnvConfig::cudaStageBytes, 64 * K, G>, showSize<&EnvConfig::cudaStageBytes>},
+    {"CHORUS_CUDA_LL_BYTES", "must be a size of at most 1M (0 turns LL off)",
+     sizeIn<&EnvConfig::cudaLlBytes, 0, M>, showSize<&EnvConfig::cudaLlBytes>},
+    {"CHORUS_CUDA_P2P_CHUNK_BYTES", "must be a size between 4K and 16M",
+     sizeIn<&EnvConfig::cudaP2pChunkBytes, 4 * K, 16 * M>, showSize<&EnvConfig::cudaP2pChunkBytes>},
+    {"CHORUS_CUDA_IPC", "must be 0 or 1", flag<&EnvConfig::cudaIpc>, showFlag<&EnvConfig::cudaIpc>},
+    {"CHORUS_CUDA_SHARED_GPU", "must be staged or ipc",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "ipc" && s != "staged") return false;
+       c.cudaSharedGpuIpc = s == "ipc";
+       return true;
+     },
+     [](const EnvConfig& c) { return std::string(c.cudaSharedGpuIpc ? "ipc" : "staged"); }},
+    // The flight recorder: file prefix written on failure, and operations kept per communicator.
+    {"CHORUS_FLIGHT_RECORDER", "", text<&EnvConfig::flightRecorderPath>,
+     showText<&EnvConfig::flightRecorderPath>},
+    {"CHORUS_FLIGHT_RECORDER_ENTRIES", "must be a number from 0 to 1000000",
+     [](const std::string& s, EnvConfig& c) {
+       long n = 0;
+       if (!parseLong(s, 0, 1'000'000, &n)) return false;
+       c.flightRecorderEntries = static_cast<size_t>(n);
+       return true;
+     },
+     showSize<&EnvConfig::flightRecorderEntries>},
+    // "portable" forces the portable reduction kernels (default: the best the CPU runs).
+    {"CHORUS_CPU_KERNELS", "must be portable or auto",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "portable" && s != "auto") return false;
+       c.cpuKernels = s;
+       return true;
+     },
+     showText<&EnvConfig::cpuKernels>},
+    // An hwloc XML file used as this host's topology, and a file the topology found is written to.
+    {"CHORUS_TOPO_FILE", "", text<&EnvConfig::topoFile>, showText<&EnvConfig::topoFile>},
+    {"CHORUS_TOPO_DUMP_FILE", "", text<&EnvConfig::topoDumpFile>, showText<&EnvConfig::topoDumpFile>},
+};
+
+// Variables read afresh at each use, not settings of EnvConfig: where and how a job meets (a
+// process may set them between communicators), and secrets (never shown by chorusConfigGet).
+const char* const kLaunchVariables[] = {
+    "CHORUS_SECRET",          // the job's store secret (src/bootstrap/tcp_store.cpp)
+    "CHORUS_BOOTSTRAP_ADDR",  // the address a unique id's store listens on (src/bootstrap/unique_id.cpp)
+    // The environment rendezvous (src/bootstrap/env_init.cpp, docs/bootstrap.md).
+    "CHORUS_RANK", "CHORUS_WORLD_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "CHORUS_STORE_ADDR",
+    "CHORUS_STORE_FILE", "CHORUS_STORE_PORT", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "PATH",  // where chorusrun looks for the program it launches
+};
+
+}  // namespace
+
+std::optional<std::string> parseNetList(const std::string& text) {
+  std::string s = text;
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s.empty() || s.ends_with(',')) return std::nullopt;
+  for (size_t at = 0; at < s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    if (item != "tcp" && item != "ucx" && item != "ib") return std::nullopt;
+    at = comma + 1;
+  }
+  return s;
+}
+
+EnvConfig readEnvironment(const std::function<const char*(const char*)>& lookup) {
   EnvConfig c;
-  auto note = [&c](const std::string& m) {
-    if (c.parseError.empty()) c.parseError = m;
-  };
-  // CHORUS_DEBUG: NONE | WARN | INFO | TRACE (default WARN).
-  if (const char* v = std::getenv("CHORUS_DEBUG")) {
-    std::string s = v;
-    for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (s == "NONE" || s == "0")
-      c.logLevel = LogLevel::None;
-    else if (s == "WARN")
-      c.logLevel = LogLevel::Warn;
-    else if (s == "INFO")
-      c.logLevel = LogLevel::Info;
-    else if (s == "TRACE")
-      c.logLevel = LogLevel::Trace;
-    else
-      note(strCat("CHORUS_DEBUG='", v, "' is not one of NONE, WARN, INFO, TRACE"));
-  }
-  // CHORUS_DEBUG_SUBSYS: which subsystems INFO and TRACE messages come from (default ALL).
-  if (const char* v = std::getenv("CHORUS_DEBUG_SUBSYS")) {
-    if (!parseSubsystems(v, &c.logSubsystems)) {
-      note(strCat(
-          "CHORUS_DEBUG_SUBSYS='", v,
-          "' is not a comma list of INIT, BOOTSTRAP, TOPO, TUNING, SHM, NET, ALL (a leading ^ excludes)"));
-    }
-  }
-  // CHORUS_TIMEOUT: seconds (may be fractional) any single wait may take (default 300).
-  if (const char* v = std::getenv("CHORUS_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(s > 0) || s > 1e7) {
-      note(strCat("CHORUS_TIMEOUT='", v, "' is not a positive number of seconds"));
-    } else {
-      c.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000.0)));
-    }
-  }
-  // CHORUS_ALGO: algorithm overrides, grammar in algorithms/selection.cpp (default empty).
-  if (const char* v = std::getenv("CHORUS_ALGO")) c.algo = v;
-  // A size variable within [lo, hi]; otherwise noted with `rule`, and the default kept.
-  auto sizeVar = [&](const char* name, size_t lo, size_t hi, const char* rule, size_t& out) {
-    const char* v = std::getenv(name);
-    if (!v) return;
-    auto b = parseByteSize(v);
-    if (!b || *b < lo || *b > hi)
-      note(strCat(name, "='", v, "' must be ", rule));
-    else
-      out = *b;
-  };
-  // CHORUS_SHM_STAGE_BYTES: per-rank shared staging area for direct algorithms (default 1M, min 64K).
-  sizeVar("CHORUS_SHM_STAGE_BYTES", size_t{64} << 10, size_t{1} << 30, "a size between 64K and 1G",
-          c.shmStageBytes);
-  // CHORUS_SHM_FIFO_BYTES: bytes of each point-to-point shared-memory FIFO (default 1M, min 4K).
-  sizeVar("CHORUS_SHM_FIFO_BYTES", 4096, size_t{1} << 30, "a size between 4K and 1G", c.shmFifoBytes);
-  // CHORUS_CUDA_STAGE_BYTES: device stage per rank for device buffers over CUDA IPC (default 8M,
-  // 64K to 1G; rank 0's value holds). CHORUS_CUDA_LL_BYTES: largest LL allreduce (default 64K, max 1M).
-  sizeVar("CHORUS_CUDA_STAGE_BYTES", size_t{64} << 10, size_t{1} << 30, "a size between 64K and 1G",
-          c.cudaStageBytes);
-  sizeVar("CHORUS_CUDA_LL_BYTES", 0, size_t{1} << 20, "a size of at most 1M (0 turns LL off)", c.cudaLlBytes);
-  // CHORUS_CUDA_P2P_CHUNK_BYTES: one chunk (FIFO slot) of device send/recv over CUDA IPC (default
-  // 64K, 4K to 16M; rank 0's value holds).
-  sizeVar("CHORUS_CUDA_P2P_CHUNK_BYTES", 4096, size_t{16} << 20, "a size between 4K and 16M",
-          c.cudaP2pChunkBytes);
-  // CHORUS_CUDA_IPC: 1 (default) or 0, which stages every device call through host memory.
-  if (const char* v = std::getenv("CHORUS_CUDA_IPC")) {
-    const std::string s = v;
-    if (s == "0")
-      c.cudaIpc = false;
-    else if (s != "1")
-      note(strCat("CHORUS_CUDA_IPC='", v, "' must be 0 or 1"));
-  }
-  // CHORUS_CUDA_SHARED_GPU: "staged" (default) or "ipc": how processes sharing one GPU exchange
-  // device buffers (their kernels are time-sliced unless MPS runs them side by side).
-  if (const char* v = std::getenv("CHORUS_CUDA_SHARED_GPU")) {
-    const std::string s = v;
-    if (s == "ipc")
-      c.cudaSharedGpuIpc = true;
-    else if (s != "staged")
-      note(strCat("CHORUS_CUDA_SHARED_GPU='", v, "' must be staged or ipc"));
-  }
-  // CHORUS_NT_STORE_BYTES: outputs of at least this many bytes per rank bypass the cache when the
-  // direct algorithms write them (default 4M; "inf" never).
-  if (const char* v = std::getenv("CHORUS_NT_STORE_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b) {
-      note(strCat("CHORUS_NT_STORE_BYTES='", v, "' must be a size such as 16M, or inf"));
-    } else {
-      c.ntStoreBytes = *b;
-    }
-  }
-  // CHORUS_ZERO_COPY: 0 turns off reading peers' chorusMemAlloc buffers in place (default 1).
-  if (const char* v = std::getenv("CHORUS_ZERO_COPY")) {
-    std::string s = v;
-    if (s == "0")
-      c.zeroCopy = false;
-    else if (s != "1")
-      note(strCat("CHORUS_ZERO_COPY='", v, "' must be 0 or 1"));
-  }
-  // CHORUS_VIRTUAL_HOSTS: split the ranks of one host into this many emulated hosts (contiguous
-  // blocks of ranks), for testing and validating multi-host algorithms and the tuner on one machine.
-  // Data still moves over shared-memory pipes, but only algorithms that work across hosts are used.
-  if (const char* v = std::getenv("CHORUS_VIRTUAL_HOSTS")) {
-    char* end = nullptr;
-    long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 0 || n > 65536)
-      note(strCat("CHORUS_VIRTUAL_HOSTS='", v, "' must be a number of hosts (0 = off)"));
-    else
-      c.virtualHosts = static_cast<int>(n);
-  }
-  // CHORUS_NET: the kinds of transport between hosts this rank offers (a comma list of tcp, ucx,
-  // ib); each pair of ranks uses the best kind both offer. Unset: chosen from what is there.
-  if (const char* v = std::getenv("CHORUS_NET")) {
-    std::string s = v;
-    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    bool ok = true;
-    for (size_t at = 0; at < s.size();) {
-      const size_t comma = std::min(s.find(',', at), s.size());
-      const std::string item = s.substr(at, comma - at);
-      ok = ok && (item == "tcp" || item == "ucx" || item == "ib");
-      at = comma + 1;
-    }
-    if (ok && !s.ends_with(','))
-      c.net = s;
-    else
-      note(strCat("CHORUS_NET='", v, "' is not a comma list of tcp, ucx, ib"));
-  }
-  // CHORUS_SOCKET_IFNAME: which interfaces the TCP transport may use (NCCL's syntax: prefixes, a
-  // leading ^ excludes, a leading = matches exact names). CHORUS_SOCKET_FAMILY: 4 or 6.
-  if (const char* v = std::getenv("CHORUS_SOCKET_IFNAME")) c.socketIfname = v;
-  if (const char* v = std::getenv("CHORUS_SOCKET_FAMILY")) {
-    std::string s = v;
-    if (s == "4" || s == "AF_INET" || s == "ipv4" || s == "6" || s == "AF_INET6" || s == "ipv6" || s.empty())
-      c.socketFamily = s;
-    else
-      note(strCat("CHORUS_SOCKET_FAMILY='", v, "' must be 4 or 6 (AF_INET or AF_INET6)"));
-  }
-  // CHORUS_SOCKET_NSTREAMS: TCP connections per pair of ranks on different hosts (default 1, max 16).
-  if (const char* v = std::getenv("CHORUS_SOCKET_NSTREAMS")) {
-    char* end = nullptr;
-    long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 16)
-      note(strCat("CHORUS_SOCKET_NSTREAMS='", v, "' must be a number from 1 to 16"));
-    else
-      c.socketStreams = static_cast<int>(n);
-  }
-  // CHORUS_SOCKET_CHECKSUM: 1 adds a CRC-32C to every TCP frame, checked by the receiver (default 0).
-  if (const char* v = std::getenv("CHORUS_SOCKET_CHECKSUM")) {
-    std::string s = v;
-    if (s == "1")
-      c.socketChecksum = true;
-    else if (s != "0")
-      note(strCat("CHORUS_SOCKET_CHECKSUM='", v, "' must be 0 or 1"));
-  }
-  // CHORUS_SOCKET_BUFFER_BYTES: the TCP transport's ring per direction and peer (default 512K, min
-  // 64K). Frames are half of it (at most 512K): small enough to be reduced while still in cache.
-  if (const char* v = std::getenv("CHORUS_SOCKET_BUFFER_BYTES")) {
-    auto b = parseByteSize(v);
-    if (!b || *b < (size_t{64} << 10) || *b > (size_t{1} << 30))
-      note(strCat("CHORUS_SOCKET_BUFFER_BYTES='", v, "' must be a size between 64K and 1G"));
-    else
-      c.socketBufferBytes = *b;
-  }
-  // CHORUS_IB_HCA: which RDMA device the verbs transport uses (a name prefix; default: the first
-  // with an active port). CHORUS_IB_PORT: its port (default 1). CHORUS_IB_GID_INDEX: the GID on
-  // RoCE (default 0).
-  if (const char* v = std::getenv("CHORUS_IB_HCA")) c.ibHca = v;
-  auto smallInt = [&](const char* name, int lo, int hi, int* out) {
-    const char* v = std::getenv(name);
-    if (!v) return;
-    char* end = nullptr;
-    long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < lo || n > hi)
-      note(strCat(name, "='", v, "' must be a number from ", lo, " to ", hi));
-    else
-      *out = static_cast<int>(n);
-  };
-  smallInt("CHORUS_IB_PORT", 1, 255, &c.ibPort);
-  smallInt("CHORUS_IB_GID_INDEX", 0, 255, &c.ibGidIndex);
-  // CHORUS_FLIGHT_RECORDER: when an operation fails, write the last operations of the communicator
-  // to <value>.<communicator id>.<rank> (default: not written; they are always kept).
-  if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER")) c.flightRecorderPath = v;
-  // CHORUS_FLIGHT_RECORDER_ENTRIES: operations kept per communicator (default 256, 0 = none).
-  if (const char* v = std::getenv("CHORUS_FLIGHT_RECORDER_ENTRIES")) {
-    char* end = nullptr;
-    unsigned long long n = std::strtoull(v, &end, 10);
-    if (!*v || *end || n > 1'000'000) {
-      note(strCat("CHORUS_FLIGHT_RECORDER_ENTRIES='", v, "' must be a number from 0 to 1000000"));
-    } else {
-      c.flightRecorderEntries = static_cast<size_t>(n);
-    }
-  }
-  // CHORUS_CHECK: 1 compares every collective's arguments across ranks first (default 0).
-  if (const char* v = std::getenv("CHORUS_CHECK")) {
-    std::string s = v;
-    if (s == "1")
-      c.checkCalls = true;
-    else if (s != "0")
-      note(strCat("CHORUS_CHECK='", v, "' must be 0 or 1"));
+  for (const Setting& s : kSettings) {
+    const char* v = lookup(s.name);
+    if (v == nullptr) continue;
+    if (!s.parse(v, c) && c.parseError.empty()) c.parseError = strCat(s.name, "='", v, "' ", s.rule);
   }
   return c;
 }
 
-}  // namespace
+std::vector<std::string> settingNames() {
+  std::vector<std::string> names;
+  for (const Setting& s : kSettings) names.emplace_back(s.name);
+  return names;
+}
+
+std::optional<std::string> launchVariable(const char* name) {
+  bool known = false;
+  for (const char* v : kLaunchVariables) known = known || std::strcmp(v, name) == 0;
+  if (!known)
+    fail(chorusInternalError, strCat("launchVariable: ", name, " is not listed in src/base/config.cpp"));
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
 
 const EnvConfig& envConfig() {
-  static const EnvConfig config = readEnv();
+  static const EnvConfig config = readEnvironment([](const char* name) { return std::getenv(name); });
   return config;
 }
 
 std::string configValue(const std::string& name) {
-  const EnvConfig& c = envConfig();
-  auto flag = [](bool b) { return std::string(b ? "1" : "0"); };
-  auto num = [](auto v) { return std::to_string(v); };
-  if (name == "CHORUS_DEBUG") {
-    switch (c.logLevel) {
-      case LogLevel::None:
-        return "NONE";
-      case LogLevel::Warn:
-        return "WARN";
-      case LogLevel::Info:
-        return "INFO";
-      case LogLevel::Trace:
-        return "TRACE";
-    }
+  for (const Setting& s : kSettings) {
+    if (name == s.name) return s.show(envConfig());
   }
-  if (name == "CHORUS_DEBUG_SUBSYS") {
-    if (c.logSubsystems == kAllSubsystems) return "ALL";
-    std::string out;
-    for (unsigned bit = 1; bit & kAllSubsystems; bit <<= 1)
-      if (c.logSubsystems & bit) out += strCat(out.empty() ? "" : ",", subsysName(static_cast<Subsys>(bit)));
-    return out;
-  }
-  if (name == "CHORUS_TIMEOUT") return strCat(static_cast<double>(c.timeout.count()) / 1000.0);
-  if (name == "CHORUS_ALGO") return c.algo;
-  if (name == "CHORUS_SHM_STAGE_BYTES") return num(c.shmStageBytes);
-  if (name == "CHORUS_SHM_FIFO_BYTES") return num(c.shmFifoBytes);
-  if (name == "CHORUS_CHECK") return flag(c.checkCalls);
-  if (name == "CHORUS_NT_STORE_BYTES") return num(c.ntStoreBytes);
-  if (name == "CHORUS_ZERO_COPY") return flag(c.zeroCopy);
-  if (name == "CHORUS_VIRTUAL_HOSTS") return num(c.virtualHosts);
-  if (name == "CHORUS_NET") return c.net;
-  if (name == "CHORUS_SOCKET_IFNAME") return c.socketIfname;
-  if (name == "CHORUS_SOCKET_FAMILY") return c.socketFamily;
-  if (name == "CHORUS_SOCKET_NSTREAMS") return num(c.socketStreams);
-  if (name == "CHORUS_SOCKET_CHECKSUM") return flag(c.socketChecksum);
-  if (name == "CHORUS_SOCKET_BUFFER_BYTES") return num(c.socketBufferBytes);
-  if (name == "CHORUS_IB_HCA") return c.ibHca;
-  if (name == "CHORUS_IB_PORT") return num(c.ibPort);
-  if (name == "CHORUS_IB_GID_INDEX") return num(c.ibGidIndex);
-  if (name == "CHORUS_CUDA_STAGE_BYTES") return num(c.cudaStageBytes);
-  if (name == "CHORUS_CUDA_LL_BYTES") return num(c.cudaLlBytes);
-  if (name == "CHORUS_CUDA_P2P_CHUNK_BYTES") return num(c.cudaP2pChunkBytes);
-  if (name == "CHORUS_CUDA_IPC") return flag(c.cudaIpc);
-  if (name == "CHORUS_CUDA_SHARED_GPU") return c.cudaSharedGpuIpc ? "ipc" : "staged";
-  if (name == "CHORUS_FLIGHT_RECORDER") return c.flightRecorderPath;
-  if (name == "CHORUS_FLIGHT_RECORDER_ENTRIES") return num(c.flightRecorderEntries);
   failInvalid("chorusConfigGet: '", name, "' is not a Chorus setting (docs/configuration.md)");
 }
 
@@ -324,6 +344,16 @@ Config resolveConfig(const Config& user) {
   if (c.shmStageBytes == 0) c.shmStageBytes = env.shmStageBytes;
   if (c.shmFifoBytes == 0) c.shmFifoBytes = env.shmFifoBytes;
   c.checkCalls = c.checkCalls || env.checkCalls;
+  if (c.zeroCopy < 0) c.zeroCopy = env.zeroCopy ? 1 : 0;
+  if (c.zeroCopy > 1) failInvalid("Config::zeroCopy must be -1 (from the environment), 0 or 1");
+  if (c.virtualHosts < 0) c.virtualHosts = env.virtualHosts;
+  if (c.net.empty()) {
+    c.net = env.net;
+  } else if (auto n = parseNetList(c.net)) {
+    c.net = *n;
+  } else {
+    failInvalid("Config::net='", c.net, "' is not a comma list of tcp, ucx, ib");
+  }
   if (c.shmStageBytes < (size_t{64} << 10)) failInvalid("Config::shmStageBytes must be at least 64 KiB");
   if (c.shmFifoBytes < 4096) failInvalid("Config::shmFifoBytes must be at least 4 KiB");
   // Sizes must keep 64-byte alignment of every region in the shared segment.

@@ -1,11 +1,15 @@
-// Process-wide settings read once from the environment into a typed struct.
-// Every variable is documented where it is parsed (config.cpp) and in docs/configuration.md.
+// Process-wide settings read once from the environment into a typed struct, by one table-driven
+// reader (config.cpp: each variable's rule and parser in one row; docs/configuration.md documents
+// them, and test_config checks the two lists agree). Nothing else in the library calls getenv:
+// variables read afresh at each use (rendezvous, secrets) go through launchVariable().
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/log.hpp"
 #include "chorus/chorus.hpp"
@@ -50,12 +54,27 @@ struct EnvConfig {
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;
+  /// CHORUS_CPU_KERNELS: "portable" forces the portable kernels; "" or "auto": the best the CPU runs.
+  std::string cpuKernels;
+  /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.
+  std::string topoFile;
+  std::string topoDumpFile;
   /// First problem found while parsing (empty if none); reported when a communicator is created.
   std::string parseError;
 };
 
 /// The environment as read on first use (thread-safe).
 const EnvConfig& envConfig();
+/// Parses the settings from `lookup` (a variable's value, or NULL when unset): envConfig() with
+/// getenv, tests with a table of their own.
+EnvConfig readEnvironment(const std::function<const char*(const char*)>& lookup);
+/// The names of every setting readEnvironment parses, in table order.
+std::vector<std::string> settingNames();
+/// A variable read afresh at each use (not a setting: where a job meets, secrets), non-empty, or
+/// std::nullopt. `name` must be one of the list in config.cpp (chorusInternalError otherwise).
+std::optional<std::string> launchVariable(const char* name);
+/// "tcp", "ucx,tcp" (any case) -> the lower-case list; std::nullopt unless a comma list of tcp, ucx, ib.
+std::optional<std::string> parseNetList(const std::string& text);
 
 /// The effective value of the CHORUS_* setting `name` as text (chorusConfigGet); throws
 /// chorusInvalidArgument for a name that is not a setting of EnvConfig.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "base/config.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 
@@ -10,11 +11,7 @@ namespace chorus {
 
 namespace {
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
+std::optional<std::string> env(const char* name) { return launchVariable(name); }
 
 long parseInt(const std::string& text, const char* name, long lo, long hi) {
   char* end = nullptr;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/config.hpp"
 #include "base/socket_util.hpp"
 #include "bootstrap/auth.hpp"
 #include "bootstrap/store_util.hpp"
@@ -248,9 +249,9 @@ class TcpStore final : public Store {
 }  // namespace
 
 std::string secretFromEnvironment() {
-  const char* value = std::getenv("CHORUS_SECRET");
-  if (value == nullptr || *value == '\0') return {};
-  std::string secret(value);
+  const std::optional<std::string> value = launchVariable("CHORUS_SECRET");
+  if (!value) return {};
+  const std::string& secret = *value;
   if (secret.size() < auth::kMinSecretBytes || secret.size() > auth::kMaxSecretBytes) {
     throw Error(chorusInvalidArgument, "CHORUS_SECRET must be " + std::to_string(auth::kMinSecretBytes) +
                                            " to " + std::to_string(auth::kMaxSecretBytes) +

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/config.hpp"
 #include "base/error.hpp"
 #include "bootstrap/auth.hpp"
 #include "bootstrap/env_init.hpp"
@@ -43,7 +44,7 @@ void makeUniqueId(chorusUniqueId* id) {
   // this build's ranks all share one host (network transports come with their own issue).
   UniqueIdAddress address;
   address.host = "127.0.0.1";
-  if (const char* v = std::getenv("CHORUS_BOOTSTRAP_ADDR"); v && *v) address.host = v;
+  if (auto v = launchVariable("CHORUS_BOOTSTRAP_ADDR")) address.host = *v;
   // A secret of its own per id: whoever holds the id may join, nobody else can talk to the store.
   address.secret = auth::randomHex(16);
   address.nonce = auth::randomHex(8);

@@ -104,9 +104,9 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   std::string id;
   if (rank_ == 0) {
     id = randomHex(12);
-    store_->setString("params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_,
-                                       " ", config_.checkCalls ? 1 : 0, " ", envConfig().zeroCopy ? 1 : 0,
-                                       " ", envConfig().virtualHosts));
+    store_->setString("params",
+                      strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_, " ",
+                             config_.checkCalls ? 1 : 0, " ", config_.zeroCopy, " ", config_.virtualHosts));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
@@ -127,6 +127,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     config_.shmStageBytes = stage;
     config_.shmFifoBytes = fifo;
     config_.checkCalls = check != 0;
+    config_.zeroCopy = zeroCopy;
+    config_.virtualHosts = virtualHosts;
     zeroCopy_ = zeroCopy != 0;
     virtualHosts_ = virtualHosts;
   }
@@ -179,6 +181,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
+    options.net = config_.net;
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);
     shm_ = peers_->shm();

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "base/config.hpp"
 #include "launcher/job.hpp"
 
 namespace chorus::launcher {
@@ -57,8 +58,8 @@ struct ExecArgs {
 ResolvedProgram resolveProgram(const std::string& name) {
   if (name.empty()) return {name, ENOENT};
   if (name.find('/') != std::string::npos) return {name, 0};
-  const char* pathEnv = std::getenv("PATH");
-  std::string_view searchPath = pathEnv != nullptr ? pathEnv : "/usr/local/bin:/usr/bin:/bin";
+  const std::optional<std::string> pathEnv = launchVariable("PATH");
+  std::string_view searchPath = pathEnv ? std::string_view(*pathEnv) : "/usr/local/bin:/usr/bin:/bin";
   int error = ENOENT;
   while (true) {
     size_t colon = searchPath.find(':');

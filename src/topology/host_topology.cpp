@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/config.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 
@@ -261,12 +262,6 @@ HostTopology discoverFallback() {
 }
 #endif
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
-
 Json deviceJson(const PciDevice& d) {
   return Json{{"kind", d.kind},           {"name", d.name},           {"os_names", d.osNames},
               {"pci_bus_id", d.pciBusId}, {"model", d.model},         {"numa_node", d.numaNode},
@@ -429,17 +424,17 @@ const HostTopology& localHost() {
   static std::optional<HostTopology> cached;
   std::lock_guard lk(mu);
   if (cached) return *cached;
-  const auto file = env("CHORUS_TOPO_FILE");
+  const std::string& file = envConfig().topoFile;
 #if CHORUS_HAVE_HWLOC
-  HostTopology h = discoverWithHwloc(file.value_or(""));
+  HostTopology h = discoverWithHwloc(file);
 #else
-  if (file) loadXml(*file);  // throws: no hwloc
+  if (!file.empty()) loadXml(file);  // throws: no hwloc
   HostTopology h = discoverFallback();
 #endif
-  if (const auto dump = env("CHORUS_TOPO_DUMP_FILE")) {
-    std::ofstream out(*dump);
+  if (const std::string& dump = envConfig().topoDumpFile; !dump.empty()) {
+    std::ofstream out(dump);
     out << h.toJson().dump(2) << "\n";
-    if (!out) logWarn("CHORUS_TOPO_DUMP_FILE '", *dump, "': could not write the topology");
+    if (!out) logWarn("CHORUS_TOPO_DUMP_FILE '", dump, "': could not write the topology");
   }
   cached = std::move(h);
   return *cached;

@@ -1,9 +1,6 @@
 // Emulated hosts (CHORUS_VIRTUAL_HOSTS): the ranks of this machine split into blocks that play
 // separate hosts, so the multi-host algorithms and the cost-model tuner run here.
-//
-// The environment is read once per process, so each test sets the variable in a fresh process: the
-// "threadsafe" death-test style re-executes this binary for the statement, which reports what it
-// found on stderr and exits 0 only when every check held.
+// Each test sets Config::virtualHosts for its communicators (no environment, no re-executed child).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,10 +21,11 @@ using namespace chorus;
 
 namespace {
 
-Config configFor(const std::string& algo) {
+Config configFor(const std::string& algo, int hosts) {
   Config c;
   c.timeout = std::chrono::seconds(30);
   c.algo = algo;
+  c.virtualHosts = hosts;
   return c;
 }
 
@@ -59,8 +57,8 @@ float inputOf(int r, size_t i) {
 
 // Allreduce of `count` float32 elements with `algo` forced (empty: the tuner's choice) on `n` ranks,
 // out of place with sum and in place with avg; returns the number of wrong elements on all ranks.
-long checkAllReduce(int n, const std::string& algo, size_t count) {
-  auto comms = Communicator::createLocal(n, configFor(algo.empty() ? "" : "allreduce:" + algo));
+long checkAllReduce(int n, int hosts, const std::string& algo, size_t count) {
+  auto comms = Communicator::createLocal(n, configFor(algo.empty() ? "" : "allreduce:" + algo, hosts));
   std::vector<long> wrong(static_cast<size_t>(n), 0);
   int threw = runRanks(comms, [&](Communicator& c, int r) {
     std::vector<float> in(count), out(count, 99.0f), io(count);
@@ -83,15 +81,14 @@ long checkAllReduce(int n, const std::string& algo, size_t count) {
   return total;
 }
 
-// Runs in the child of TunerChoicesAgreeWithMeasuredTimes; true when the choices agree.
+// TunerChoicesAgreeWithMeasuredTimes: true when the choices agree.
 bool tunerChoicesAgree() {
-  setenv("CHORUS_VIRTUAL_HOSTS", "2", 1);
-  const int n = 4;
+  const int hosts = 2, n = 4;
   // float32 elements: 256 B (every rank's block of halving-doubling non-empty) and 16 MiB.
   const size_t sizes[2] = {64, size_t{4} << 20};
   std::string choice[2];
   {
-    auto comms = Communicator::createLocal(n, configFor(""));
+    auto comms = Communicator::createLocal(n, configFor("", hosts));
     const algo::CostModel& model = *comms[0].impl()->costModel();
     for (int s = 0; s < 2; ++s) {
       Op op;
@@ -107,8 +104,8 @@ bool tunerChoicesAgree() {
   }
   // Both choices run at both sizes, alternating call by call so that drift hits both alike;
   // t[s][a] is rank 0's median microseconds at size s for the choice made for size a.
-  auto a0 = Communicator::createLocal(n, configFor("allreduce:" + choice[0]));
-  auto a1 = Communicator::createLocal(n, configFor("allreduce:" + choice[1]));
+  auto a0 = Communicator::createLocal(n, configFor("allreduce:" + choice[0], hosts));
+  auto a1 = Communicator::createLocal(n, configFor("allreduce:" + choice[1], hosts));
   double t[2][2];
   for (int s = 0; s < 2; ++s) {
     const size_t count = sizes[s];
@@ -140,28 +137,26 @@ bool tunerChoicesAgree() {
   return ok;
 }
 
-// Runs in the child: with `hosts` emulated hosts and each rank count of `ranks`, checks the topology
-// and every pipe allreduce; prints what it found and exits 0 only when all was right.
-[[noreturn]] void multiHostAllReduces(int hosts, std::initializer_list<int> ranks) {
-  setenv("CHORUS_VIRTUAL_HOSTS", std::to_string(hosts).c_str(), 1);
+// With `hosts` emulated hosts and each rank count of `ranks`, checks the topology and every pipe
+// allreduce; appends what it found to `*log` and returns the number of wrong results.
+long multiHostAllReduces(int hosts, std::initializer_list<int> ranks, std::string* log) {
   long bad = 0;
   for (int n : ranks) {
     {
-      auto comms = Communicator::createLocal(n, configFor(""));
+      auto comms = Communicator::createLocal(n, configFor("", hosts));
       const topo::CommTopology& t = comms[0].impl()->topology();
       const bool ok = static_cast<int>(t.hosts.size()) == hosts &&
                       t.link(0, n - 1) == topo::LinkClass::CrossHost &&
                       comms[0].impl()->costModel()->hosts == hosts;
-      std::fprintf(stderr, "%d ranks: %s; %s\n", n, t.shape().c_str(), ok ? "ok" : "WRONG");
+      *log += std::to_string(n) + " ranks: " + t.shape() + "; " + (ok ? "ok" : "WRONG") + "\n";
       if (!ok) ++bad;
     }
     for (const char* algo : {"hier", "ring", "rd", "rhd", "tree", ""}) {
-      for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}}) bad += checkAllReduce(n, algo, count);
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{300001}})
+        bad += checkAllReduce(n, hosts, algo, count);
     }
   }
-  std::fprintf(stderr, "wrong=%ld\n", bad);
-  std::fflush(stderr);
-  _exit(bad == 0 ? 0 : 1);
+  return bad;
 }
 
 }  // namespace
@@ -170,22 +165,31 @@ bool tunerChoicesAgree() {
 // exact results (sum, and avg in place) for even and uneven host shapes (5 ranks on 2 hosts: 3 + 2,
 // where the hierarchical algorithm runs as the flat ring), and the topology shows the hosts.
 TEST(VirtualHosts, TwoHostsAllReducesAreExact) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(multiHostAllReduces(2, {2, 4, 5, 6}), ::testing::ExitedWithCode(0),
-              "4 ranks: 2 hosts x 2 ranks; ok(.|\n)*5 ranks: 2 hosts: 3 \\+ 2 ranks; ok(.|\n)*wrong=0");
+  std::string log;
+  EXPECT_EQ(multiHostAllReduces(2, {2, 4, 5, 6}, &log), 0) << log;
+  EXPECT_NE(log.find("4 ranks: 2 hosts x 2 ranks; ok"), std::string::npos) << log;
+  EXPECT_NE(log.find("5 ranks: 2 hosts: 3 + 2 ranks; ok"), std::string::npos) << log;
 }
 
 TEST(VirtualHosts, ThreeHostsAllReducesAreExact) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(multiHostAllReduces(3, {3, 6, 8}), ::testing::ExitedWithCode(0),
-              "6 ranks: 3 hosts x 2 ranks; ok(.|\n)*8 ranks: 3 hosts: 3 \\+ 3 \\+ 2 ranks; ok(.|\n)*wrong=0");
+  std::string log;
+  EXPECT_EQ(multiHostAllReduces(3, {3, 6, 8}, &log), 0) << log;
+  EXPECT_NE(log.find("6 ranks: 3 hosts x 2 ranks; ok"), std::string::npos) << log;
+  EXPECT_NE(log.find("8 ranks: 3 hosts: 3 + 3 + 2 ranks; ok"), std::string::npos) << log;
+}
+
+// Config::virtualHosts is per communicator: one of this process's communicators emulates hosts,
+// another made at the same time does not.
+TEST(VirtualHosts, SetPerCommunicatorNotPerProcess) {
+  auto split = Communicator::createLocal(4, configFor("", 2));
+  auto whole = Communicator::createLocal(4, configFor("", 0));
+  EXPECT_EQ(split[0].impl()->topology().hosts.size(), 2u);
+  EXPECT_EQ(whole[0].impl()->topology().hosts.size(), 1u);
+  EXPECT_EQ(split[0].impl()->config().virtualHosts, 2);
 }
 
 // The must-show of the tuner: on 2 emulated hosts x 2 ranks the cost model picks different
 // allreduce algorithms for a 256-byte and a 16 MiB message, and running both choices at both sizes
 // (alternating, medians of repeated calls) agrees with each choice: each is the faster at its own
 // size. The measured gaps are about 2x both ways.
-TEST(VirtualHosts, TunerChoicesAgreeWithMeasuredTimes) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT({ _exit(tunerChoicesAgree() ? 0 : 1); }, ::testing::ExitedWithCode(0), "agree");
-}
+TEST(VirtualHosts, TunerChoicesAgreeWithMeasuredTimes) { EXPECT_TRUE(tunerChoicesAgree()); }
