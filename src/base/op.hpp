@@ -24,6 +24,10 @@ enum class OpKind : uint8_t {
 };
 
 const char* opKindName(OpKind k);
+/// Whether a collective of kind `k` reduces (its ReduceOp matters).
+constexpr bool isReducing(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::Reduce;
+}
 
 struct Op {
   OpKind kind = OpKind::Barrier;

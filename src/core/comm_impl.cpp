@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/tsan_sync.hpp"
+#include "core/validate.hpp"
 #include "transports/peer_set.hpp"
 #include "transports/shm/shm_group.hpp"
 
@@ -21,154 +22,9 @@ namespace {
 
 constexpr uint16_t kPointToPointTag = 0xFFFF;
 
-bool isReducing(OpKind k) {
-  return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::Reduce;
-}
-
-bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  return abytes && bbytes && pa < pb + bbytes && pb < pa + abytes;
-}
-
-// count * k * elemSize, or a clear error if it does not fit.
-size_t checkedBytes(size_t count, size_t k, size_t elem, const char* call) {
-  constexpr size_t kMax = size_t{1} << 47;  // the pipe framing carries 48-bit lengths
-  if (count != 0 && (k > kMax / count || count * k > kMax / elem)) {
-    failInvalid(call, ": count ", count, (k > 1 ? strCat(" x ", k, " ranks") : std::string()), " x ", elem,
-                " bytes overflows the largest supported message (", kMax, " bytes)");
-  }
-  return count * k * elem;
-}
-
 }  // namespace
 
-const char* opKindName(OpKind k) {
-  switch (k) {
-    case OpKind::AllReduce:
-      return "allreduce";
-    case OpKind::ReduceScatter:
-      return "reducescatter";
-    case OpKind::AllGather:
-      return "allgather";
-    case OpKind::Broadcast:
-      return "broadcast";
-    case OpKind::Reduce:
-      return "reduce";
-    case OpKind::AllToAll:
-      return "alltoall";
-    case OpKind::AllToAllv:
-      return "alltoallv";
-    case OpKind::Send:
-      return "send";
-    case OpKind::Recv:
-      return "recv";
-    case OpKind::Barrier:
-      return "barrier";
-  }
-  return "unknown";
-}
-
-// ---- Validation -----------------------------------------------------------------------------------
-
-void CommImpl::validate(const Op& op) const {
-  const char* call = opKindName(op.kind);
-  auto where = [&] { return strCat(call, " on rank ", rank_, " of ", size_); };
-  if (op.kind == OpKind::Barrier) return;
-  int t = static_cast<int>(op.type);
-  if (t < 0 || t >= kNumDataTypes) failInvalid(where(), ": unknown datatype ", t);
-  if (isReducing(op.kind)) {
-    int o = static_cast<int>(op.op);
-    if (o < 0 || o >= kNumReduceOps) failInvalid(where(), ": unknown reduction op ", o);
-  }
-  const size_t elem = dataTypeSize(op.type);
-  const auto n = static_cast<size_t>(size_);
-  auto needPtr = [&](const void* p, size_t bytes, const char* which) {
-    if (bytes && p == nullptr) failInvalid(where(), ": ", which, " is NULL but count is ", op.count);
-  };
-  auto noPartialOverlap = [&](size_t sbytes, size_t rbytes, bool inPlace) {
-    if (!inPlace && overlaps(op.send, sbytes, op.recv, rbytes)) {
-      failInvalid(where(), ": send and receive buffers overlap without being in place");
-    }
-  };
-  switch (op.kind) {
-    case OpKind::AllReduce: {
-      size_t b = checkedBytes(op.count, 1, elem, call);
-      needPtr(op.send, b, "sendbuff");
-      needPtr(op.recv, b, "recvbuff");
-      noPartialOverlap(b, b, op.send == op.recv);
-      break;
-    }
-    case OpKind::ReduceScatter: {
-      size_t b = checkedBytes(op.count, n, elem, call);
-      needPtr(op.send, b, "sendbuff");
-      needPtr(op.recv, b / n, "recvbuff");
-      bool inPlace = static_cast<const std::byte*>(op.send) + static_cast<size_t>(rank_) * (b / n) == op.recv;
-      noPartialOverlap(b, b / n, inPlace);
-      break;
-    }
-    case OpKind::AllGather: {
-      size_t b = checkedBytes(op.count, n, elem, call);
-      needPtr(op.send, b / n, "sendbuff");
-      needPtr(op.recv, b, "recvbuff");
-      bool inPlace = static_cast<const std::byte*>(op.recv) + static_cast<size_t>(rank_) * (b / n) == op.send;
-      noPartialOverlap(b / n, b, inPlace);
-      break;
-    }
-    case OpKind::Broadcast:
-    case OpKind::Reduce: {
-      if (op.root < 0 || op.root >= size_)
-        failInvalid(where(), ": root ", op.root, " is out of range [0, ", size_, ")");
-      size_t b = checkedBytes(op.count, 1, elem, call);
-      bool isRoot = op.root == rank_;
-      if (op.kind == OpKind::Broadcast) {
-        if (isRoot) needPtr(op.send, b, "sendbuff (root)");
-        needPtr(op.recv, b, "recvbuff");
-      } else {
-        needPtr(op.send, b, "sendbuff");
-        if (isRoot) needPtr(op.recv, b, "recvbuff (root)");
-      }
-      if (isRoot) noPartialOverlap(b, b, op.send == op.recv);
-      break;
-    }
-    case OpKind::AllToAll: {
-      size_t b = checkedBytes(op.count, n, elem, call);
-      needPtr(op.send, b, "sendbuff");
-      needPtr(op.recv, b, "recvbuff");
-      noPartialOverlap(b, b, op.send == op.recv);
-      break;
-    }
-    case OpKind::AllToAllv: {
-      if (op.sendCounts.size() != n || op.sendDispls.size() != n || op.recvCounts.size() != n ||
-          op.recvDispls.size() != n) {
-        failInvalid(where(), ": counts and displacements must each have ", n, " entries");
-      }
-      size_t sMax = 0, rMax = 0;
-      for (size_t j = 0; j < n; ++j) {
-        size_t se = checkedBytes(op.sendCounts[j], 1, elem, call),
-               re = checkedBytes(op.recvCounts[j], 1, elem, call);
-        size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call),
-               rd = checkedBytes(op.recvDispls[j], 1, elem, call);
-        if (se) sMax = std::max(sMax, sd + se);
-        if (re) rMax = std::max(rMax, rd + re);
-      }
-      needPtr(op.send, sMax, "sendbuff");
-      needPtr(op.recv, rMax, "recvbuff");
-      if (overlaps(op.send, sMax, op.recv, rMax)) failInvalid(where(), ": send and receive buffers overlap");
-      break;
-    }
-    case OpKind::Send:
-    case OpKind::Recv: {
-      if (op.peer < 0 || op.peer >= size_)
-        failInvalid(where(), ": peer ", op.peer, " is out of range [0, ", size_, ")");
-      size_t b = checkedBytes(op.count, 1, elem, call);
-      needPtr(op.kind == OpKind::Send ? op.send : op.recv, b, "buffer");
-      break;
-    }
-    case OpKind::Barrier:
-      break;
-  }
-}
+void CommImpl::validate(const Op& op) const { validateOp(op, rank_, size_); }
 
 // ---- Submission and ordering --------------------------------------------------------------------
 
@@ -434,18 +290,16 @@ transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
   f.kind = static_cast<int32_t>(o.kind);
   f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
   f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-  bool reducing = o.kind == OpKind::AllReduce || o.kind == OpKind::ReduceScatter || o.kind == OpKind::Reduce;
-  f.op = reducing ? static_cast<int32_t>(o.op) : 0;
+  f.op = isReducing(o.kind) ? static_cast<int32_t>(o.op) : 0;
   f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
   return f;
 }
 
 std::string describeCall(const transport::CallFingerprint& f) {
   auto kind = static_cast<OpKind>(f.kind);
-  bool reducing = kind == OpKind::AllReduce || kind == OpKind::ReduceScatter || kind == OpKind::Reduce;
   return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
                 dataTypeName(static_cast<DataType>(f.type)),
-                reducing ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
+                isReducing(kind) ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
                 f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
 }
 

@@ -53,9 +53,7 @@ std::string formatFlightEntry(const FlightEntry& e, std::chrono::system_clock::d
       e.kind == OpKind::Send || e.kind == OpKind::Recv
           ? strCat("sends/receives (", e.count, " transfers)")
           : strCat(opKindName(e.kind), " #", e.seq, " count ", e.count, " ", dataTypeName(e.type));
-  const bool reducing =
-      e.kind == OpKind::AllReduce || e.kind == OpKind::ReduceScatter || e.kind == OpKind::Reduce;
-  if (reducing) what += strCat(" ", reduceOpName(e.op));
+  if (isReducing(e.kind)) what += strCat(" ", reduceOpName(e.op));
   if (e.kind == OpKind::Broadcast || e.kind == OpKind::Reduce) what += strCat(" root ", e.root);
   if (e.algorithm) what += strCat(" [", e.algorithm, "]");
   char frac[16];
