@@ -54,6 +54,7 @@ struct TcpOptions {
 };
 
 class TcpConnection;
+struct NetInterface;
 
 class TcpTransport final : public Transport {
  public:
@@ -87,6 +88,23 @@ class TcpTransport final : public Transport {
   int streams() const { return options_.streams; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // The constructor's phases, in order.
+  /// Listens on `iface`, publishes the address in the store ("net/<rank>") and sets local_.
+  net::Fd listen(Store& store, int rank, const NetInterface& iface);
+  /// Reads each remote rank's address and makes its connection; connects to the higher ranks.
+  void connectAll(Store& store, int rank, int nranks, const std::vector<bool>& remote,
+                  const NetInterface& iface, Clock::time_point deadline);
+  /// One stream to rank `p`: connects, then says hello (this rank, stream `s`).
+  net::Fd connectStream(const net::SocketAddress& addr, int rank, int p, int s, const std::string& address,
+                        Clock::time_point deadline);
+  /// Accepts every stream of the lower remote ranks.
+  void acceptAll(const net::Fd& listener, int rank, const std::vector<bool>& remote,
+                 Clock::time_point deadline);
+  /// Sets the sockets up for the progress thread and starts it.
+  void startProgress(int rank);
+
   void progressLoop();
   void wakeProgress();
 
