@@ -229,6 +229,30 @@ struct IbTransport::Impl {
 
   ~Impl();
 
+  // Set-up phases, in order (the constructor's).
+  /// Opens the device and port of the options (and the GID on RoCE).
+  void openPort();
+  /// The protection domain, the completion queue, the control block and the notice buffer.
+  void allocate(int nranks, const std::vector<bool>& isPeer);
+  /// A queue pair and receive ring for every peer, each published in the store ("ib/<rank>/<peer>").
+  void createPeers(Store& store, int nranks, const std::vector<bool>& isPeer);
+  IbPeer& createPeer(int r, int slot, size_t rcap);
+  void publishEndpoint(Store& store, IbPeer& p);
+  /// Reads every peer's endpoint, brings the queue pair to RTS and says so ("ib/ready/<rank>/<peer>").
+  void connectPeers(Store& store);
+  void readEndpoint(Store& store, IbPeer& p);
+  void connectQp(IbPeer& p);
+  /// Waits until every peer's queue pair is ready to receive.
+  void awaitReady(Store& store);
+  /// Proves the path to every peer with a zero-byte write.
+  void hello();
+
+  bool ethernet() const { return port.link_layer == IBV_LINK_LAYER_ETHERNET; }
+  void check(bool ok, const char* call) const {
+    if (!ok)
+      throw Error(chorusSystemError, strCat(device, ": ", call, ": ", errnoText(errno ? errno : EINVAL)));
+  }
+
   IbPeer* peer(int r) {
     return r >= 0 && static_cast<size_t>(r) < peers.size() ? peers[static_cast<size_t>(r)].get() : nullptr;
   }
@@ -406,6 +430,200 @@ void IbRecvPipe::consume(size_t n) {
 
 // ---- Set-up ---------------------------------------------------------------------------------------
 
+void IbTransport::Impl::openPort() {
+  std::string why;
+  ctx = openDevice(*v, o, &port, &device, &why);
+  if (!ctx) throw Error(chorusSystemError, why);
+  if (ethernet() && v->query_gid(ctx, static_cast<uint8_t>(o.port), o.gidIndex, &gid) != 0) {
+    throw Error(chorusSystemError, strCat(device, ": ibv_query_gid(index ", o.gidIndex,
+                                          "): ", errnoText(errno), " (check CHORUS_IB_GID_INDEX)"));
+  }
+}
+
+void IbTransport::Impl::allocate(int nranks, const std::vector<bool>& isPeer) {
+  pd = v->alloc_pd(ctx);
+  check(pd != nullptr, "ibv_alloc_pd");
+  int count = 0;
+  for (int r = 0; r < nranks; ++r) count += r != rank && isPeer[static_cast<size_t>(r)];
+  cq = v->create_cq(ctx, count * (kSendDepth + kRecvDepth) + 16, nullptr, nullptr, 0);
+  check(cq != nullptr, "ibv_create_cq");
+  ctrlBlock.reset(allocRegion(sizeof(Ctrl) * static_cast<size_t>(std::max(count, 1))));
+  ctrlMr = v->reg_mr(pd, ctrlBlock.get(), sizeof(Ctrl) * static_cast<size_t>(std::max(count, 1)),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  check(ctrlMr != nullptr, "ibv_reg_mr (control block)");
+  noticeOut.reset(allocRegion(kNoticeBytes));
+  noticeMr = v->reg_mr(pd, noticeOut.get(), kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
+  check(noticeMr != nullptr, "ibv_reg_mr (notice)");
+}
+
+void IbTransport::Impl::createPeers(Store& store, int nranks, const std::vector<bool>& isPeer) {
+  // A write's length travels as immediate data whose top bit marks a notice: rings stay below 1 GiB.
+  if (o.ringBytes > (size_t{1} << 30))
+    throw Error(chorusInvalidArgument, strCat("RDMA ring of ", formatBytes(o.ringBytes), " (at most 1 GiB)"));
+  const size_t rcap = std::max<size_t>(alignUp(o.ringBytes, 64), 4096);
+  peers.resize(static_cast<size_t>(nranks));
+  int slot = 0;
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank || !isPeer[static_cast<size_t>(r)]) continue;
+    publishEndpoint(store, createPeer(r, slot++, rcap));
+  }
+}
+
+IbPeer& IbTransport::Impl::createPeer(int r, int slot, size_t rcap) {
+  // Owned by the transport at once: a failure below releases what was made (Impl::~Impl).
+  peers[static_cast<size_t>(r)] = std::make_unique<IbPeer>(*this, r, &arrivals);
+  IbPeer* p = peers[static_cast<size_t>(r)].get();
+  p->ctrl = static_cast<Ctrl*>(ctrlBlock.get()) + slot;
+  p->rcap = rcap;
+  p->rbuf.reset(allocRegion(rcap));
+  p->rmr = v->reg_mr(pd, p->rbuf.get(), rcap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  check(p->rmr != nullptr, "ibv_reg_mr (receive ring)");
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = kSendDepth;
+  init.cap.max_recv_wr = kRecvDepth;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.cap.max_inline_data = 64;
+  p->qp = v->create_qp(pd, &init);
+  check(p->qp != nullptr, "ibv_create_qp");
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<uint8_t>(o.port);
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  check(v->modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
+        "ibv_modify_qp (INIT)");
+  return *p;
+}
+
+void IbTransport::Impl::publishEndpoint(Store& store, IbPeer& p) {
+  Endpoint mine{};
+  std::memset(mine.comm, 0, sizeof mine.comm);
+  std::memcpy(mine.comm, o.commId.data(), std::min(o.commId.size(), sizeof mine.comm));
+  mine.qpn = p.qp->qp_num;
+  uint32_t psn = 0;
+  if (::getrandom(&psn, sizeof psn, 0) != sizeof psn)
+    psn = static_cast<uint32_t>(Clock::now().time_since_epoch().count());
+  mine.psn = psn & 0xFFFFFF;
+  mine.lid = port.lid;
+  std::memcpy(mine.gid, gid.raw, sizeof mine.gid);
+  mine.linkLayer = port.link_layer;
+  mine.mtu = static_cast<uint8_t>(port.active_mtu);
+  mine.ringAddr = reinterpret_cast<uintptr_t>(p.rbuf.get());
+  mine.ringBytes = p.rcap;
+  mine.ringRkey = p.rmr->rkey;
+  mine.ctrlAddr = reinterpret_cast<uintptr_t>(p.ctrl);
+  mine.ctrlRkey = ctrlMr->rkey;
+  store.set(strCat("ib/", rank, "/", p.rank),
+            std::span(reinterpret_cast<const std::byte*>(&mine), sizeof mine));
+  p.psn = mine.psn;
+}
+
+void IbTransport::Impl::connectPeers(Store& store) {
+  for (auto& p : peers) {
+    if (!p) continue;
+    readEndpoint(store, *p);
+    connectQp(*p);
+    if (!p->broken.empty()) throw p->brokenError();
+    store.setString(strCat("ib/ready/", rank, "/", p->rank), "1");
+  }
+}
+
+void IbTransport::Impl::readEndpoint(Store& store, IbPeer& p) {
+  std::vector<std::byte> got;
+  try {
+    got = store.get(strCat("ib/", p.rank, "/", rank), o.timeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("rank ", p.rank, " did not publish its RDMA endpoint: ", e.what()));
+  }
+  if (got.size() != sizeof(Endpoint))
+    throw Error(chorusInternalError,
+                strCat("rank ", p.rank, " published an RDMA endpoint of ", got.size(), " bytes"));
+  std::memcpy(&p.remote, got.data(), sizeof(Endpoint));
+  if (std::string(p.remote.comm, strnlen(p.remote.comm, sizeof p.remote.comm)) !=
+      o.commId.substr(0, sizeof p.remote.comm))
+    throw Error(chorusInternalError,
+                strCat("rank ", p.rank, "'s RDMA endpoint belongs to another communicator"));
+  if (p.remote.linkLayer != port.link_layer) {
+    throw Error(chorusInvalidUsage,
+                strCat(device, " is ", ethernet() ? "RoCE (Ethernet)" : "InfiniBand", " but rank ", p.rank,
+                       "'s device is not: no RDMA path between them (set CHORUS_NET=tcp, or CHORUS_IB_HCA)"));
+  }
+}
+
+void IbTransport::Impl::connectQp(IbPeer& p) {
+  p.scap = p.remote.ringBytes;
+  p.sbuf.reset(allocRegion(p.scap));
+  p.smr = v->reg_mr(pd, p.sbuf.get(), p.scap, IBV_ACCESS_LOCAL_WRITE);
+  check(p.smr != nullptr, "ibv_reg_mr (send ring)");
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = std::min(port.active_mtu, static_cast<ibv_mtu>(p.remote.mtu));
+  a.dest_qp_num = p.remote.qpn;
+  a.rq_psn = p.remote.psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = static_cast<uint8_t>(o.port);
+  if (ethernet()) {
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, p.remote.gid, sizeof p.remote.gid);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(o.gidIndex);
+    a.ah_attr.grh.hop_limit = 255;
+  } else {
+    a.ah_attr.dlid = p.remote.lid;
+  }
+  check(v->modify_qp(p.qp, &a,
+                     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
+        "ibv_modify_qp (RTR)");
+  for (int i = 0; i < kRecvDepth; ++i) postRecv(p);
+  ibv_qp_attr s{};
+  s.qp_state = IBV_QPS_RTS;
+  s.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
+  s.retry_cnt = 7;
+  s.rnr_retry = 7;
+  s.sq_psn = p.psn;
+  s.max_rd_atomic = 1;
+  check(v->modify_qp(p.qp, &s,
+                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                         IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+        "ibv_modify_qp (RTS)");
+}
+
+void IbTransport::Impl::awaitReady(Store& store) {
+  // Nobody writes into a queue pair that is not ready to receive.
+  for (auto& p : peers) {
+    if (!p) continue;
+    try {
+      store.getString(strCat("ib/ready/", p->rank, "/", rank), o.timeout);
+    } catch (const Error& e) {
+      throw Error(e.code(), strCat("rank ", p->rank, " did not connect its RDMA queue pair: ", e.what()));
+    }
+  }
+}
+
+void IbTransport::Impl::hello() {
+  // A zero-byte write with immediate to every peer proves the path now, not in the first collective.
+  const auto deadline = Clock::now() + o.timeout;
+  for (auto& p : peers) {
+    if (!p) continue;
+    const uint32_t zero = 0;
+    write(*p, kHello, nullptr, 0, 0, p->remote.ringAddr, p->remote.ringRkey, &zero, false);
+  }
+  for (auto& p : peers) {
+    if (!p) continue;
+    while (p->sqUsed > 0 && p->broken.empty() && Clock::now() < deadline) pollLocked();
+    if (!p->broken.empty() || p->sqUsed > 0) {
+      throw Error(chorusSystemError,
+                  strCat("no RDMA path to rank ", p->rank, " from ", device, ": ",
+                         p->broken.empty() ? std::string("no completion in time") : p->broken));
+    }
+  }
+}
+
 IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<bool>& peers,
                          const IbOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -416,176 +634,16 @@ IbTransport::IbTransport(Store& store, int rank, int nranks, const std::vector<b
   const VerbsApi* v = options.verbs ? options.verbs : VerbsApi::system(&why);
   if (!v) throw Error(chorusSystemError, why);
   t.v = v;
-  t.ctx = openDevice(*v, options, &t.port, &t.device, &why);
-  if (!t.ctx) throw Error(chorusSystemError, why);
-  const bool ethernet = t.port.link_layer == IBV_LINK_LAYER_ETHERNET;
-  if (ethernet && v->query_gid(t.ctx, static_cast<uint8_t>(options.port), options.gidIndex, &t.gid) != 0) {
-    throw Error(chorusSystemError, strCat(t.device, ": ibv_query_gid(index ", options.gidIndex,
-                                          "): ", errnoText(errno), " (check CHORUS_IB_GID_INDEX)"));
-  }
-  auto check = [&](bool ok, const char* call) {
-    if (!ok)
-      throw Error(chorusSystemError, strCat(t.device, ": ", call, ": ", errnoText(errno ? errno : EINVAL)));
-  };
-  t.pd = v->alloc_pd(t.ctx);
-  check(t.pd != nullptr, "ibv_alloc_pd");
-  int count = 0;
-  for (int r = 0; r < nranks; ++r) count += r != rank && peers[static_cast<size_t>(r)];
-  t.cq = v->create_cq(t.ctx, count * (kSendDepth + kRecvDepth) + 16, nullptr, nullptr, 0);
-  check(t.cq != nullptr, "ibv_create_cq");
-  t.ctrlBlock.reset(allocRegion(sizeof(Ctrl) * static_cast<size_t>(std::max(count, 1))));
-  t.ctrlMr = v->reg_mr(t.pd, t.ctrlBlock.get(), sizeof(Ctrl) * static_cast<size_t>(std::max(count, 1)),
-                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  check(t.ctrlMr != nullptr, "ibv_reg_mr (control block)");
-  t.noticeOut.reset(allocRegion(kNoticeBytes));
-  t.noticeMr = v->reg_mr(t.pd, t.noticeOut.get(), kNoticeBytes, IBV_ACCESS_LOCAL_WRITE);
-  check(t.noticeMr != nullptr, "ibv_reg_mr (notice)");
-
-  // A write's length travels as immediate data whose top bit marks a notice: rings stay below 1 GiB.
-  if (options.ringBytes > (size_t{1} << 30))
-    throw Error(chorusInvalidArgument,
-                strCat("RDMA ring of ", formatBytes(options.ringBytes), " (at most 1 GiB)"));
-  const size_t rcap = std::max<size_t>(alignUp(options.ringBytes, 64), 4096);
-  t.peers.resize(static_cast<size_t>(nranks));
-  int slot = 0;
-  for (int r = 0; r < nranks; ++r) {
-    if (r == rank || !peers[static_cast<size_t>(r)]) continue;
-    // Owned by the transport at once: a failure below releases what was made (Impl::~Impl).
-    t.peers[static_cast<size_t>(r)] = std::make_unique<IbPeer>(t, r, &t.arrivals);
-    IbPeer* p = t.peers[static_cast<size_t>(r)].get();
-    p->ctrl = static_cast<Ctrl*>(t.ctrlBlock.get()) + slot++;
-    p->rcap = rcap;
-    p->rbuf.reset(allocRegion(rcap));
-    p->rmr = v->reg_mr(t.pd, p->rbuf.get(), rcap, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    check(p->rmr != nullptr, "ibv_reg_mr (receive ring)");
-    ibv_qp_init_attr init{};
-    init.send_cq = t.cq;
-    init.recv_cq = t.cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = kSendDepth;
-    init.cap.max_recv_wr = kRecvDepth;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    init.cap.max_inline_data = 64;
-    p->qp = v->create_qp(t.pd, &init);
-    check(p->qp != nullptr, "ibv_create_qp");
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = static_cast<uint8_t>(options.port);
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    check(v->modify_qp(p->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-          "ibv_modify_qp (INIT)");
-    Endpoint mine{};
-    std::memset(mine.comm, 0, sizeof mine.comm);
-    std::memcpy(mine.comm, options.commId.data(), std::min(options.commId.size(), sizeof mine.comm));
-    mine.qpn = p->qp->qp_num;
-    uint32_t psn = 0;
-    if (::getrandom(&psn, sizeof psn, 0) != sizeof psn)
-      psn = static_cast<uint32_t>(Clock::now().time_since_epoch().count());
-    mine.psn = psn & 0xFFFFFF;
-    mine.lid = t.port.lid;
-    std::memcpy(mine.gid, t.gid.raw, sizeof mine.gid);
-    mine.linkLayer = t.port.link_layer;
-    mine.mtu = static_cast<uint8_t>(t.port.active_mtu);
-    mine.ringAddr = reinterpret_cast<uintptr_t>(p->rbuf.get());
-    mine.ringBytes = rcap;
-    mine.ringRkey = p->rmr->rkey;
-    mine.ctrlAddr = reinterpret_cast<uintptr_t>(p->ctrl);
-    mine.ctrlRkey = t.ctrlMr->rkey;
-    store.set(strCat("ib/", rank, "/", r), std::span(reinterpret_cast<const std::byte*>(&mine), sizeof mine));
-    p->psn = mine.psn;
-  }
-  for (auto& p : t.peers) {
-    if (!p) continue;
-    std::vector<std::byte> got;
-    try {
-      got = store.get(strCat("ib/", p->rank, "/", rank), options.timeout);
-    } catch (const Error& e) {
-      throw Error(e.code(), strCat("rank ", p->rank, " did not publish its RDMA endpoint: ", e.what()));
-    }
-    if (got.size() != sizeof(Endpoint))
-      throw Error(chorusInternalError,
-                  strCat("rank ", p->rank, " published an RDMA endpoint of ", got.size(), " bytes"));
-    std::memcpy(&p->remote, got.data(), sizeof(Endpoint));
-    if (std::string(p->remote.comm, strnlen(p->remote.comm, sizeof p->remote.comm)) !=
-        options.commId.substr(0, sizeof p->remote.comm))
-      throw Error(chorusInternalError,
-                  strCat("rank ", p->rank, "'s RDMA endpoint belongs to another communicator"));
-    if (p->remote.linkLayer != t.port.link_layer) {
-      throw Error(
-          chorusInvalidUsage,
-          strCat(t.device, " is ", ethernet ? "RoCE (Ethernet)" : "InfiniBand", " but rank ", p->rank,
-                 "'s device is not: no RDMA path between them (set CHORUS_NET=tcp, or CHORUS_IB_HCA)"));
-    }
-    p->scap = p->remote.ringBytes;
-    p->sbuf.reset(allocRegion(p->scap));
-    p->smr = v->reg_mr(t.pd, p->sbuf.get(), p->scap, IBV_ACCESS_LOCAL_WRITE);
-    check(p->smr != nullptr, "ibv_reg_mr (send ring)");
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = std::min(t.port.active_mtu, static_cast<ibv_mtu>(p->remote.mtu));
-    a.dest_qp_num = p->remote.qpn;
-    a.rq_psn = p->remote.psn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = static_cast<uint8_t>(options.port);
-    if (ethernet) {
-      a.ah_attr.is_global = 1;
-      std::memcpy(a.ah_attr.grh.dgid.raw, p->remote.gid, sizeof p->remote.gid);
-      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(options.gidIndex);
-      a.ah_attr.grh.hop_limit = 255;
-    } else {
-      a.ah_attr.dlid = p->remote.lid;
-    }
-    check(v->modify_qp(p->qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-          "ibv_modify_qp (RTR)");
-    for (int i = 0; i < kRecvDepth; ++i) t.postRecv(*p);
-    ibv_qp_attr s{};
-    s.qp_state = IBV_QPS_RTS;
-    s.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
-    s.retry_cnt = 7;
-    s.rnr_retry = 7;
-    s.sq_psn = p->psn;
-    s.max_rd_atomic = 1;
-    check(v->modify_qp(p->qp, &s,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-          "ibv_modify_qp (RTS)");
-    if (!p->broken.empty()) throw p->brokenError();
-    store.setString(strCat("ib/ready/", rank, "/", p->rank), "1");
-  }
-  // Nobody writes into a queue pair that is not ready to receive.
-  for (auto& p : t.peers) {
-    if (!p) continue;
-    try {
-      store.getString(strCat("ib/ready/", p->rank, "/", rank), options.timeout);
-    } catch (const Error& e) {
-      throw Error(e.code(), strCat("rank ", p->rank, " did not connect its RDMA queue pair: ", e.what()));
-    }
-  }
-  // A zero-byte write with immediate to every peer proves the path now, not in the first collective.
-  const auto deadline = Clock::now() + options.timeout;
-  for (auto& p : t.peers) {
-    if (!p) continue;
-    const uint32_t zero = 0;
-    t.write(*p, kHello, nullptr, 0, 0, p->remote.ringAddr, p->remote.ringRkey, &zero, false);
-  }
-  for (auto& p : t.peers) {
-    if (!p) continue;
-    while (p->sqUsed > 0 && p->broken.empty() && Clock::now() < deadline) t.pollLocked();
-    if (!p->broken.empty() || p->sqUsed > 0) {
-      throw Error(chorusSystemError,
-                  strCat("no RDMA path to rank ", p->rank, " from ", t.device, ": ",
-                         p->broken.empty() ? std::string("no completion in time") : p->broken));
-    }
-  }
+  t.openPort();
+  t.allocate(nranks, peers);
+  t.createPeers(store, nranks, peers);
+  t.connectPeers(store);
+  t.awaitReady(store);
+  t.hello();
   t.seen = t.arrivals;
   local_ = strCat(
       t.device, " port ", options.port,
-      ethernet ? strCat(" (RoCE, GID index ", options.gidIndex, ")") : strCat(" (LID ", t.port.lid, ")"));
+      t.ethernet() ? strCat(" (RoCE, GID index ", options.gidIndex, ")") : strCat(" (LID ", t.port.lid, ")"));
 }
 
 IbTransport::~IbTransport() = default;

@@ -350,6 +350,19 @@ struct UcxTransport::Impl {
     kickCv.notify_one();
   }
   void progressLoop();
+
+  // Set-up phases, in order (the constructor's).
+  /// Creates the UCP context (UCX_TLS from the options; wake-up events where offered) and the worker.
+  void createWorker(const UcxApi& api);
+  /// Publishes the worker's address in the store ("ucx/<rank>").
+  void publishAddress(const UcxApi& api, Store& store);
+  /// Creates an endpoint to the published address of every peer.
+  void connectPeers(const UcxApi& api, Store& store, int nranks, const std::vector<bool>& isPeer);
+  /// Exchanges a hello with every peer (bounded by the timeout).
+  void exchangeHellos(int nranks);
+  /// Posts the first receives of every peer's stream and credits.
+  void startReceiving();
+
   // Sends a control message (kind | this rank) to `p`.
   void sendControl(UcxPeer& p, ucp_tag_t kind, std::string text) {
     const std::string& t = texts.emplace_back(std::move(text));
@@ -548,63 +561,59 @@ void UcxRecvPipe::consume(size_t n) {
 
 // ---- The transport --------------------------------------------------------------------------------
 
-UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector<bool>& peers,
-                           const UcxOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& t = *impl_;
-  t.o = options;
-  t.rank = rank;
-  std::string why;
-  const UcxApi* api = UcxApi::get(&why);
-  if (!api) throw Error(chorusSystemError, why);
-  const size_t cap = std::max<size_t>(alignUp(options.ringBytes, 64), 4096);
-
+void UcxTransport::Impl::createWorker(const UcxApi& api) {
   ucp_config_t* config = nullptr;
-  ucs_status_t st = api->config_read(nullptr, nullptr, &config);
+  ucs_status_t st = api.config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_config_read: ", statusText(st)));
-  if (!options.tls.empty()) {
-    st = api->config_modify(config, "TLS", options.tls.c_str());
+  if (!o.tls.empty()) {
+    st = api.config_modify(config, "TLS", o.tls.c_str());
     if (st != UCS_OK) {
-      api->config_release(config);
-      throw Error(chorusInvalidArgument, strCat("UCX refuses TLS=", options.tls, ": ", statusText(st)));
+      api.config_release(config);
+      throw Error(chorusInvalidArgument, strCat("UCX refuses TLS=", o.tls, ": ", statusText(st)));
     }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_STREAM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  st = api->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &t.ctx);
+  st = api.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx);
   if (st != UCS_OK) {
     // Transports without wake-up events: the progress thread and idle waits poll instead.
     params.features &= ~static_cast<uint64_t>(UCP_FEATURE_WAKEUP);
-    st = api->init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &t.ctx);
+    st = api.init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &ctx);
   }
-  api->config_release(config);
+  api.config_release(config);
   if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_init: ", statusText(st)));
 
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  st = api->worker_create(t.ctx, &wp, &t.worker);
+  st = api.worker_create(ctx, &wp, &worker);
   if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_worker_create: ", statusText(st)));
-  if ((params.features & UCP_FEATURE_WAKEUP) && api->worker_get_efd(t.worker, &t.efd) != UCS_OK) t.efd = -1;
+  if ((params.features & UCP_FEATURE_WAKEUP) && api.worker_get_efd(worker, &efd) != UCS_OK) efd = -1;
+}
 
+void UcxTransport::Impl::publishAddress(const UcxApi& api, Store& store) {
   ucp_address_t* address = nullptr;
   size_t addressLength = 0;
-  st = api->worker_get_address(t.worker, &address, &addressLength);
+  const ucs_status_t st = api.worker_get_address(worker, &address, &addressLength);
   if (st != UCS_OK) throw Error(chorusSystemError, strCat("ucp_worker_get_address: ", statusText(st)));
   store.set(strCat("ucx/", rank), std::span(reinterpret_cast<const std::byte*>(address), addressLength));
-  api->worker_release_address(t.worker, address);
+  api.worker_release_address(worker, address);
+}
 
-  t.peers.resize(static_cast<size_t>(nranks));
+void UcxTransport::Impl::connectPeers(const UcxApi& api, Store& store, int nranks,
+                                      const std::vector<bool>& isPeer) {
+  const size_t cap = std::max<size_t>(alignUp(o.ringBytes, 64), 4096);
+  peers.resize(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) {
-    if (r == rank || !peers[static_cast<size_t>(r)]) continue;
+    if (r == rank || !isPeer[static_cast<size_t>(r)]) continue;
     std::vector<std::byte> remote;
     try {
-      remote = store.get(strCat("ucx/", r), options.timeout);
+      remote = store.get(strCat("ucx/", r), o.timeout);
     } catch (const Error& e) {
       throw Error(e.code(), strCat("rank ", r, " did not publish its UCX worker address: ", e.what()));
     }
-    auto p = std::make_unique<UcxPeer>(t, r, cap, &t.arrivals);
+    auto p = std::make_unique<UcxPeer>(*this, r, cap, &arrivals);
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -614,57 +623,78 @@ UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector
       static_cast<UcxPeer*>(arg)->setBroken(statusText(status));
     };
     ep.err_handler.arg = p.get();
-    st = api->ep_create(t.worker, &ep, &p->ep);
+    const ucs_status_t st = api.ep_create(worker, &ep, &p->ep);
     if (st != UCS_OK)
       throw Error(chorusSystemError, strCat("ucp_ep_create to rank ", r, ": ", statusText(st)));
-    t.peers[static_cast<size_t>(r)] = std::move(p);
+    peers[static_cast<size_t>(r)] = std::move(p);
   }
-  t.wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!t.wake) throw Error(chorusSystemError, strCat("eventfd: ", errnoText(errno)));
+}
 
+void UcxTransport::Impl::exchangeHellos(int nranks) {
   // Hello: proves every endpoint carries messages both ways (and wires them up now, not in the
   // first collective).
   std::vector<bool> heard(static_cast<size_t>(nranks), false);
   int waiting = 0;
-  for (auto& p : t.peers) {
+  for (auto& p : peers) {
     if (!p) continue;
-    t.sendControl(*p, kHelloTag, options.commId);
+    sendControl(*p, kHelloTag, o.commId);
     ++waiting;
   }
-  const auto deadline = Clock::now() + options.timeout;
-  while (waiting > 0 || t.controlPending()) {
-    t.progressLocked();
-    t.takeControl(kHelloTag, [&](int from, const std::string& text) {
-      UcxPeer* p = t.peer(from);
-      if (!p || heard[static_cast<size_t>(from)] || text != options.commId) {
-        throw Error(chorusInternalError, strCat("UCX hello from rank ", from,
-                                                " does not belong to communicator ", options.commId));
+  const auto deadline = Clock::now() + o.timeout;
+  while (waiting > 0 || controlPending()) {
+    progressLocked();
+    takeControl(kHelloTag, [&](int from, const std::string& text) {
+      UcxPeer* p = peer(from);
+      if (!p || heard[static_cast<size_t>(from)] || text != o.commId) {
+        throw Error(chorusInternalError,
+                    strCat("UCX hello from rank ", from, " does not belong to communicator ", o.commId));
       }
       heard[static_cast<size_t>(from)] = true;
       --waiting;
     });
-    for (auto& p : t.peers) {
+    for (auto& p : peers) {
       if (p && !p->broken.empty()) throw p->brokenError();
     }
     if (Clock::now() > deadline) {
       std::string missing;
-      for (auto& p : t.peers) {
+      for (auto& p : peers) {
         if (p && !heard[static_cast<size_t>(p->rank)])
           missing += strCat(missing.empty() ? "" : ", ", p->rank);
       }
       throw Error(chorusTimeout, strCat("no UCX hello from rank(s) ", missing.empty() ? "-" : missing,
-                                        " within ", options.timeout.count(), " ms"));
+                                        " within ", o.timeout.count(), " ms"));
     }
     if (waiting > 0) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  t.texts.clear();
-  t.controlOut.clear();
-  for (auto& p : t.peers) {
+  texts.clear();
+  controlOut.clear();
+}
+
+void UcxTransport::Impl::startReceiving() {
+  for (auto& p : peers) {
     if (!p) continue;
     p->postRecv();
-    p->postCreditRecv(t.worker, kCreditTag);
+    p->postCreditRecv(worker, kCreditTag);
   }
-  t.seen = t.told = t.arrivals;
+  seen = told = arrivals;
+}
+
+UcxTransport::UcxTransport(Store& store, int rank, int nranks, const std::vector<bool>& peers,
+                           const UcxOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& t = *impl_;
+  t.o = options;
+  t.rank = rank;
+  std::string why;
+  const UcxApi* api = UcxApi::get(&why);
+  if (!api) throw Error(chorusSystemError, why);
+  t.createWorker(*api);
+  t.publishAddress(*api, store);
+  t.connectPeers(*api, store, nranks, peers);
+  t.wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!t.wake) throw Error(chorusSystemError, strCat("eventfd: ", errnoText(errno)));
+  t.exchangeHellos(nranks);
+  t.startReceiving();
   local_ = strCat("UCX ", api->get_version_string(), " (",
                   options.tls.empty() ? "UCX's own transports" : options.tls,
                   t.efd < 0 ? ", no wake-up events" : "", ")");
