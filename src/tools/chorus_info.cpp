@@ -37,6 +37,202 @@ const char* decide(chorus::OpKind k, size_t bytes, int ranks, const std::vector<
   return chorus::algo::select(op, ranks, ranks > 1, rules).name;
 }
 
+// What chorus-info reports, gathered once for the text and the JSON output.
+struct Facts {
+  int ranks = 0;
+  chorus::Config config;
+  std::vector<chorus::algo::Rule> rules;
+  const chorus::topo::HostTopology* host = nullptr;
+  std::vector<chorus::Communicator> comms;
+  const chorus::topo::CommTopology* comm = nullptr;
+  const chorus::EnvConfig* env = nullptr;
+  std::vector<chorus::transport::NetInterface> ifaces;
+  std::string netChoice;
+  std::string ucxState, ibState;
+  bool ucxReady = false, ibReady = false;
+  std::string cudaState;
+  bool cudaReady = false;
+};
+
+// Reads the configuration, creates a local communicator of `ranks` threads and probes the transports.
+Facts gather(int ranks) {
+  using namespace chorus;
+  Facts f;
+  f.ranks = ranks;
+  f.config = Config::fromEnvironment();
+  f.rules = algo::parseRules(f.config.algo);
+  f.host = &topo::localHost();
+  f.comms = Communicator::createLocal(ranks, f.config);
+  f.comm = &f.comms[0].impl()->topology();
+
+  // The address a multi-host communicator would advertise, with the same settings.
+  f.env = &envConfig();
+  f.ifaces = transport::listInterfaces();
+  try {
+    const transport::NetInterface n = transport::selectInterface(f.ifaces, f.env->socketIfname,
+                                                                 transport::parseFamily(f.env->socketFamily));
+    f.netChoice = strCat(n.name, " ", transport::addressText(n.address));
+  } catch (const Error& e) {
+    f.netChoice = strCat("none: ", e.what());
+  }
+
+  // UCX and verbs: built in, and usable here?
+  f.ucxReady = transport::netKindUsable(transport::NetKind::Ucx, &f.ucxState);
+  f.ibReady = transport::netKindUsable(transport::NetKind::Ib, &f.ibState);
+
+  f.cudaReady = device::available(&f.cudaState);
+  return f;
+}
+
+void printJson(const Facts& f) {
+  using namespace chorus;
+  const EnvConfig& env = *f.env;
+  const Config& config = f.config;
+  Json j;
+  j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
+  j["cpu_kernels"] = kernels::simdLevel();
+  j["transports"] = {
+      {"shm", true}, {"tcp", true}, {"ucx", f.ucxReady}, {"verbs", f.ibReady}, {"cuda", f.cudaReady}};
+  j["cuda"] = {{"state", f.cudaState},
+               {"CHORUS_CUDA_STAGE_BYTES", env.cudaStageBytes},
+               {"CHORUS_CUDA_LL_BYTES", env.cudaLlBytes},
+               {"CHORUS_CUDA_P2P_CHUNK_BYTES", env.cudaP2pChunkBytes},
+               {"CHORUS_CUDA_SHARED_GPU", env.cudaSharedGpuIpc ? "ipc" : "staged"},
+               {"CHORUS_CUDA_IPC", env.cudaIpc ? 1 : 0}};
+  Json list = Json::array();
+  for (const auto& n : f.ifaces) {
+    list.push_back({{"name", n.name},
+                    {"address", transport::addressText(n.address)},
+                    {"loopback", n.loopback},
+                    {"link_local", n.linkLocal}});
+  }
+  j["network"] = {{"interfaces", std::move(list)},
+                  {"tcp_address", f.netChoice},
+                  {"CHORUS_SOCKET_IFNAME", env.socketIfname},
+                  {"CHORUS_SOCKET_FAMILY", env.socketFamily},
+                  {"CHORUS_SOCKET_NSTREAMS", env.socketStreams},
+                  {"CHORUS_SOCKET_BUFFER_BYTES", env.socketBufferBytes},
+                  {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum},
+                  {"CHORUS_NET", env.net},
+                  {"ucx", f.ucxState},
+                  {"verbs", f.ibState}};
+  j["dev_shm_free_bytes"] = transport::shmFreeBytes();
+  j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
+                 {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
+                 {"CHORUS_SHM_FIFO_BYTES", config.shmFifoBytes},
+                 {"CHORUS_CHECK", config.checkCalls},
+                 {"CHORUS_ALGO", config.algo}};
+  Json algos = Json::array();
+  for (const algo::Algorithm& a : algo::registry()) {
+    algos.push_back({{"collective", opKindName(a.kind)},
+                     {"name", a.name},
+                     {"description", a.description},
+                     {"needs_shared_memory", a.needsSharedMemory}});
+  }
+  j["algorithms"] = std::move(algos);
+  Json decisions;
+  for (OpKind k : kKinds) {
+    for (size_t s : kSizes) decisions[opKindName(k)][std::to_string(s)] = decide(k, s, f.ranks, f.rules);
+  }
+  j["decisions"] = {{"ranks", f.ranks}, {"bytes_per_rank", std::move(decisions)}};
+  j["memory_per_rank_bytes"] = f.comms[0].memoryBytes();
+  j["host"] = f.host->toJson();
+  j["communicator"] = f.comm->toJson();
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// The text output, first part: version, kernels, topology, transports, /dev/shm and configuration.
+void printSetup(const Facts& f) {
+  using namespace chorus;
+  const EnvConfig& env = *f.env;
+  const Config& config = f.config;
+  std::printf("Chorus %d.%d.%d\n", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  std::printf("\nCPU kernels        %s\n", kernels::simdLevel());
+  std::printf("\nTopology (%s)\n%s", topo::haveHwloc() ? "hwloc" : "built without hwloc",
+              f.host->describe().c_str());
+  std::printf("\nTransports\n");
+  std::printf("  shm              yes (POSIX shared memory, ranks of one host)\n");
+  std::printf("  tcp              yes (between hosts; would advertise %s)\n", f.netChoice.c_str());
+  std::printf("                   %d stream(s) per pair, %s rings, checksum %s (docs/networking.md)\n",
+              env.socketStreams, formatBytes(env.socketBufferBytes).c_str(),
+              env.socketChecksum ? "on" : "off");
+  std::printf("  ucx              %s\n", f.ucxState.c_str());
+  std::printf("  verbs            %s\n", f.ibState.c_str());
+  std::printf("  CHORUS_NET       %s\n",
+              env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
+  std::printf("  cuda             %s\n", f.cudaState.c_str());
+  std::printf(
+      "                   device buffers: %s, IPC stage %s, LL up to %s, send/recv chunk %s, GPUs shared "
+      "by processes: %s (docs/gpu.md)\n",
+      env.cudaIpc ? "kernels over CUDA IPC within a host" : "all staged (CHORUS_CUDA_IPC=0)",
+      formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
+      formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
+  std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
+  std::printf("\nConfiguration (environment, then defaults)\n");
+  std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));
+  std::printf("  CHORUS_SHM_STAGE_BYTES  %s\n", formatBytes(config.shmStageBytes).c_str());
+  std::printf("  CHORUS_SHM_FIFO_BYTES   %s\n", formatBytes(config.shmFifoBytes).c_str());
+  std::printf("  CHORUS_CHECK            %d\n", config.checkCalls ? 1 : 0);
+  std::printf("  CHORUS_ALGO             %s\n",
+              config.algo.empty() ? "(built-in choice)" : config.algo.c_str());
+}
+
+// The text output, second part: the algorithm registry, the decisions for this communicator and the
+// cost model's predictions.
+void printAlgorithms(const Facts& f) {
+  using namespace chorus;
+  const int ranks = f.ranks;
+  std::printf("\nAlgorithms\n");
+  for (const algo::Algorithm& a : algo::registry()) {
+    std::printf("  %-14s %-9s %s%s\n", opKindName(a.kind), a.name, a.description,
+                a.needsSharedMemory ? " [shm]" : "");
+  }
+  std::printf("\nDecisions for %d ranks on one host (bytes per rank -> algorithm)\n", ranks);
+  std::printf("  %-14s", "");
+  for (size_t s : kSizes) std::printf(" %10s", formatBytes(s).c_str());
+  std::printf("\n");
+  for (OpKind k : kKinds) {
+    std::printf("  %-14s", opKindName(k));
+    for (size_t s : kSizes) std::printf(" %10s", decide(k, s, ranks, f.rules));
+    std::printf("\n");
+  }
+  const algo::CostModel& model = *f.comms[0].impl()->costModel();
+  std::printf("\nCost model of the pipe algorithms (%s)\n", model.describe().c_str());
+  std::printf("  predicted us for %d ranks; * = the choice without shared memory (ranks on several hosts)\n",
+              ranks);
+  std::printf("  %-24s", "");
+  for (size_t s : kSizes) std::printf(" %11s", formatBytes(s).c_str());
+  std::printf("\n");
+  for (const algo::Algorithm& a : algo::registry()) {
+    if (a.needsSharedMemory || a.kind == OpKind::AllToAllv || a.kind == OpKind::Barrier) continue;
+    std::printf("  %-14s %-9s", opKindName(a.kind), a.name);
+    for (size_t s : kSizes) {
+      Op op;
+      op.kind = a.kind;
+      op.type = DataType::Uint8;
+      op.count = s;
+      const bool chosen = &algo::select(op, ranks, false, f.rules, &model) == &a;
+      const double us = model.predictUs(a, op, ranks);
+      if (us < 0)
+        std::printf(" %10s ", "-");  // does not apply (hierarchical on one host)
+      else
+        std::printf(" %10.1f%s", us, chosen ? "*" : " ");
+    }
+    std::printf("\n");
+  }
+}
+
+// The text output, last part: the placement and memory of the communicator.
+void printCommunicator(const Facts& f) {
+  using namespace chorus;
+  std::printf("\nA communicator of %d ranks (threads of this process)\n", f.ranks);
+  const std::string placement = f.comm->describe();
+  // The host block was printed above: show the ranks and links only.
+  std::printf("%s", placement.substr(placement.find("  ranks:")).c_str());
+  std::printf("\nMemory of one communicator of %d ranks: %s per rank (shared segment)\n", f.ranks,
+              formatBytes(f.comms[0].memoryBytes()).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,164 +243,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_flag("--json", json, "print everything as one JSON object");
   CLI11_PARSE(app, argc, argv);
-  using namespace chorus;
   try {
-    Config config = Config::fromEnvironment();
-    auto rules = algo::parseRules(config.algo);
-    const topo::HostTopology& host = topo::localHost();
-    auto comms = Communicator::createLocal(ranks, config);
-    const topo::CommTopology& comm = comms[0].impl()->topology();
-
-    // The address a multi-host communicator would advertise, with the same settings.
-    const EnvConfig& env = envConfig();
-    std::vector<transport::NetInterface> ifaces = transport::listInterfaces();
-    std::string netChoice;
-    try {
-      const transport::NetInterface n =
-          transport::selectInterface(ifaces, env.socketIfname, transport::parseFamily(env.socketFamily));
-      netChoice = strCat(n.name, " ", transport::addressText(n.address));
-    } catch (const Error& e) {
-      netChoice = strCat("none: ", e.what());
-    }
-
-    // UCX and verbs: built in, and usable here?
-    std::string ucxState, ibState;
-    const bool ucxReady = transport::netKindUsable(transport::NetKind::Ucx, &ucxState);
-    const bool ibReady = transport::netKindUsable(transport::NetKind::Ib, &ibState);
-
-    std::string cudaState;
-    const bool cudaReady = device::available(&cudaState);
-
+    const Facts facts = gather(ranks);
     if (json) {
-      Json j;
-      j["version"] = strCat(CHORUS_MAJOR, ".", CHORUS_MINOR, ".", CHORUS_PATCH);
-      j["cpu_kernels"] = kernels::simdLevel();
-      j["transports"] = {
-          {"shm", true}, {"tcp", true}, {"ucx", ucxReady}, {"verbs", ibReady}, {"cuda", cudaReady}};
-      j["cuda"] = {{"state", cudaState},
-                   {"CHORUS_CUDA_STAGE_BYTES", env.cudaStageBytes},
-                   {"CHORUS_CUDA_LL_BYTES", env.cudaLlBytes},
-                   {"CHORUS_CUDA_P2P_CHUNK_BYTES", env.cudaP2pChunkBytes},
-                   {"CHORUS_CUDA_SHARED_GPU", env.cudaSharedGpuIpc ? "ipc" : "staged"},
-                   {"CHORUS_CUDA_IPC", env.cudaIpc ? 1 : 0}};
-      Json list = Json::array();
-      for (const auto& n : ifaces) {
-        list.push_back({{"name", n.name},
-                        {"address", transport::addressText(n.address)},
-                        {"loopback", n.loopback},
-                        {"link_local", n.linkLocal}});
-      }
-      j["network"] = {{"interfaces", std::move(list)},
-                      {"tcp_address", netChoice},
-                      {"CHORUS_SOCKET_IFNAME", env.socketIfname},
-                      {"CHORUS_SOCKET_FAMILY", env.socketFamily},
-                      {"CHORUS_SOCKET_NSTREAMS", env.socketStreams},
-                      {"CHORUS_SOCKET_BUFFER_BYTES", env.socketBufferBytes},
-                      {"CHORUS_SOCKET_CHECKSUM", env.socketChecksum},
-                      {"CHORUS_NET", env.net},
-                      {"ucx", ucxState},
-                      {"verbs", ibState}};
-      j["dev_shm_free_bytes"] = transport::shmFreeBytes();
-      j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
-                     {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
-                     {"CHORUS_SHM_FIFO_BYTES", config.shmFifoBytes},
-                     {"CHORUS_CHECK", config.checkCalls},
-                     {"CHORUS_ALGO", config.algo}};
-      Json algos = Json::array();
-      for (const algo::Algorithm& a : algo::registry()) {
-        algos.push_back({{"collective", opKindName(a.kind)},
-                         {"name", a.name},
-                         {"description", a.description},
-                         {"needs_shared_memory", a.needsSharedMemory}});
-      }
-      j["algorithms"] = std::move(algos);
-      Json decisions;
-      for (OpKind k : kKinds) {
-        for (size_t s : kSizes) decisions[opKindName(k)][std::to_string(s)] = decide(k, s, ranks, rules);
-      }
-      j["decisions"] = {{"ranks", ranks}, {"bytes_per_rank", std::move(decisions)}};
-      j["memory_per_rank_bytes"] = comms[0].memoryBytes();
-      j["host"] = host.toJson();
-      j["communicator"] = comm.toJson();
-      std::printf("%s\n", j.dump(2).c_str());
+      printJson(facts);
       return 0;
     }
-
-    std::printf("Chorus %d.%d.%d\n", CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
-    std::printf("\nCPU kernels        %s\n", kernels::simdLevel());
-    std::printf("\nTopology (%s)\n%s", topo::haveHwloc() ? "hwloc" : "built without hwloc",
-                host.describe().c_str());
-    std::printf("\nTransports\n");
-    std::printf("  shm              yes (POSIX shared memory, ranks of one host)\n");
-    std::printf("  tcp              yes (between hosts; would advertise %s)\n", netChoice.c_str());
-    std::printf("                   %d stream(s) per pair, %s rings, checksum %s (docs/networking.md)\n",
-                env.socketStreams, formatBytes(env.socketBufferBytes).c_str(),
-                env.socketChecksum ? "on" : "off");
-    std::printf("  ucx              %s\n", ucxState.c_str());
-    std::printf("  verbs            %s\n", ibState.c_str());
-    std::printf("  CHORUS_NET       %s\n",
-                env.net.empty() ? "unset (automatic: docs/networking.md)" : env.net.c_str());
-    std::printf("  cuda             %s\n", cudaState.c_str());
-    std::printf(
-        "                   device buffers: %s, IPC stage %s, LL up to %s, send/recv chunk %s, GPUs shared "
-        "by processes: %s (docs/gpu.md)\n",
-        env.cudaIpc ? "kernels over CUDA IPC within a host" : "all staged (CHORUS_CUDA_IPC=0)",
-        formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
-        formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
-    std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
-    std::printf("\nConfiguration (environment, then defaults)\n");
-    std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));
-    std::printf("  CHORUS_SHM_STAGE_BYTES  %s\n", formatBytes(config.shmStageBytes).c_str());
-    std::printf("  CHORUS_SHM_FIFO_BYTES   %s\n", formatBytes(config.shmFifoBytes).c_str());
-    std::printf("  CHORUS_CHECK            %d\n", config.checkCalls ? 1 : 0);
-    std::printf("  CHORUS_ALGO             %s\n",
-                config.algo.empty() ? "(built-in choice)" : config.algo.c_str());
-    std::printf("\nAlgorithms\n");
-    for (const algo::Algorithm& a : algo::registry()) {
-      std::printf("  %-14s %-9s %s%s\n", opKindName(a.kind), a.name, a.description,
-                  a.needsSharedMemory ? " [shm]" : "");
-    }
-    std::printf("\nDecisions for %d ranks on one host (bytes per rank -> algorithm)\n", ranks);
-    std::printf("  %-14s", "");
-    for (size_t s : kSizes) std::printf(" %10s", formatBytes(s).c_str());
-    std::printf("\n");
-    for (OpKind k : kKinds) {
-      std::printf("  %-14s", opKindName(k));
-      for (size_t s : kSizes) std::printf(" %10s", decide(k, s, ranks, rules));
-      std::printf("\n");
-    }
-    const algo::CostModel& model = *comms[0].impl()->costModel();
-    std::printf("\nCost model of the pipe algorithms (%s)\n", model.describe().c_str());
-    std::printf(
-        "  predicted us for %d ranks; * = the choice without shared memory (ranks on several hosts)\n",
-        ranks);
-    std::printf("  %-24s", "");
-    for (size_t s : kSizes) std::printf(" %11s", formatBytes(s).c_str());
-    std::printf("\n");
-    for (const algo::Algorithm& a : algo::registry()) {
-      if (a.needsSharedMemory || a.kind == OpKind::AllToAllv || a.kind == OpKind::Barrier) continue;
-      std::printf("  %-14s %-9s", opKindName(a.kind), a.name);
-      for (size_t s : kSizes) {
-        Op op;
-        op.kind = a.kind;
-        op.type = DataType::Uint8;
-        op.count = s;
-        const bool chosen = &algo::select(op, ranks, false, rules, &model) == &a;
-        const double us = model.predictUs(a, op, ranks);
-        if (us < 0)
-          std::printf(" %10s ", "-");  // does not apply (hierarchical on one host)
-        else
-          std::printf(" %10.1f%s", us, chosen ? "*" : " ");
-      }
-      std::printf("\n");
-    }
-    std::printf("\nA communicator of %d ranks (threads of this process)\n", ranks);
-    const std::string placement = comm.describe();
-    // The host block was printed above: show the ranks and links only.
-    std::printf("%s", placement.substr(placement.find("  ranks:")).c_str());
-    std::printf("\nMemory of one communicator of %d ranks: %s per rank (shared segment)\n", ranks,
-                formatBytes(comms[0].memoryBytes()).c_str());
-  } catch (const Error& e) {
+    printSetup(facts);
+    printAlgorithms(facts);
+    printCommunicator(facts);
+  } catch (const chorus::Error& e) {
     std::fprintf(stderr, "chorus-info: %s\n", e.what());
     return 2;
   }
