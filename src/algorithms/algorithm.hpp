@@ -2,8 +2,9 @@
 //
 // An algorithm is a function of (Context, Op): it turns one collective into transfers over the
 // pipes (engine/transfer.hpp) or into staged copies through the shared-memory area (direct
-// algorithms), using only what the Context offers. Adding an algorithm is one function in one file
-// and one line in the registry (selection.cpp).
+// algorithms), using only what the Context offers. Adding an algorithm is one file (the function
+// and, for a pipe algorithm, its cost formula over the CostModel) and one line in the registry
+// (src/tuning/registry.cpp).
 #pragma once
 
 #include <cstddef>
@@ -76,6 +77,11 @@ class Context {
 };
 
 using AlgorithmFn = void (*)(Context& ctx, const Op& op);
+/// Predicted microseconds of an algorithm running `op` on `n` (> 1) ranks; negative where it does not
+/// apply (the hierarchical allreduce on one host).
+using CostFn = double (*)(const CostModel& model, const Op& op, int n);
+/// What the choice of an algorithm for `op` adds to the tuning log (the tree's chunk size).
+using NoteFn = std::string (*)(const CostModel& model, const Op& op, int n);
 
 struct Algorithm {
   OpKind kind;
@@ -83,31 +89,11 @@ struct Algorithm {
   const char* description;
   bool needsSharedMemory;
   AlgorithmFn run;
+  /// The cost formula (pipe algorithms, beside the algorithm in its file); null for the
+  /// shared-memory ones, which the default rules choose by size (src/tuning/rules.cpp).
+  CostFn cost = nullptr;
+  NoteFn note = nullptr;
 };
-
-/// Every algorithm built in.
-std::span<const Algorithm> registry();
-
-/// One user override: for `kind`, messages of [lo, hi] bytes use algorithm `name`.
-struct Rule {
-  OpKind kind;
-  size_t lo = 0;
-  size_t hi = SIZE_MAX;
-  std::string name;
-};
-
-/// Parses the CHORUS_ALGO grammar: comma-separated `coll[:lo-hi]:algo` (sizes with k/m/g suffixes,
-/// `inf` for no upper bound), e.g. "allreduce:0-4k:rd,allreduce:4k-inf:ring,broadcast:pipeline".
-/// Throws chorusInvalidArgument naming the bad entry.
-std::vector<Rule> parseRules(const std::string& text);
-
-/// The algorithm for `op` on a communicator of `nranks` ranks: the first matching rule, else the
-/// built-in choice. `haveShm`: all ranks share a host.
-/// The algorithm for `op`: the first matching rule (CHORUS_ALGO), else with shared memory the built-in
-/// size rules, else (ranks on several hosts) the cheapest prediction of `model` when one is given,
-/// else the built-in fallbacks.
-const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules,
-                        const CostModel* model = nullptr);
 
 // The algorithms (one file each).
 void allReduceDirect(Context&, const Op&);
@@ -133,6 +119,23 @@ void allToAllPairwise(Context&, const Op&);
 void allToAllvPairwise(Context&, const Op&);
 void barrierDirect(Context&, const Op&);
 void barrierPipes(Context&, const Op&);
+
+// Their cost formulas (each in its algorithm's file).
+double allReduceRingUs(const CostModel&, const Op&, int n);
+double allReduceRecursiveDoublingUs(const CostModel&, const Op&, int n);
+double allReduceHalvingDoublingUs(const CostModel&, const Op&, int n);
+double allReduceTreeUs(const CostModel&, const Op&, int n);
+std::string allReduceTreeNote(const CostModel&, const Op&, int n);
+double allReduceHierarchicalUs(const CostModel&, const Op&, int n);
+double reduceScatterRingUs(const CostModel&, const Op&, int n);
+double allGatherRingUs(const CostModel&, const Op&, int n);
+double broadcastPipelineUs(const CostModel&, const Op&, int n);
+double broadcastKnomialUs(const CostModel&, const Op&, int n);
+double reducePipelineUs(const CostModel&, const Op&, int n);
+double reduceKnomialUs(const CostModel&, const Op&, int n);
+double allToAllPairwiseUs(const CostModel&, const Op&, int n);
+double allToAllvPairwiseUs(const CostModel&, const Op&, int n);
+double barrierPipesUs(const CostModel&, const Op&, int n);
 
 /// Elements of a partition of `count` into `parts` nearly equal slices, each a multiple of
 /// `granule` elements except possibly the last non-empty one: slice i is [offset(i), offset(i+1)).

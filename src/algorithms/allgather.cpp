@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -64,6 +65,12 @@ void allGatherRing(Context& ctx, const Op& op) {
     lastRecv = static_cast<int>(ts.size()) - 1;
   }
   ctx.run(ts);
+}
+
+// n - 1 steps, each moving one block.
+double allGatherRingUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return (t.fn - 1) * (t.al + t.B * t.wire);
 }
 
 }  // namespace chorus::algo

@@ -4,6 +4,9 @@
 // slice with a ring; a ring all-gather within each host completes the result. Across hosts each
 // rank moves 2 (H-1)/H of a G-th of the message in 2 (H-1) steps, instead of the flat ring's
 // 2 (n-1) steps. Without several hosts of equal rank count it is the flat ring.
+#include <algorithm>
+
+#include "algorithms/cost_model.hpp"
 #include "algorithms/ring.hpp"
 
 namespace chorus::algo {
@@ -54,6 +57,22 @@ void allReduceHierarchical(Context& ctx, const Op& op) {
     appendRingAllGather(ts, inHost, op.recv, op.count, elem, ctx.tag(), lastRecv);
     ctx.run(ts);
   }
+}
+
+// Ring reduce-scatter within each host, ring allreduce of each slice among the ranks of equal local
+// index (all of a host's ranks share its NIC), ring all-gather within the host. Not on one host.
+double allReduceHierarchicalUs(const CostModel& m, const Op& op, int) {
+  const int G = m.ranksPerHost, H = m.hosts;
+  if (H <= 1 || G <= 0) return -1;
+  const double B = static_cast<double>(op.messageBytes()), red = 1.0 / (m.reduceGBps * 1e3);
+  const double g = G, h = H, slice = B / g;
+  const double wi = 1.0 / (m.intra.GBps * 1e3);
+  const double perRankInter = m.nicGBps > 0 ? std::min(m.inter.GBps, m.nicGBps / g) : m.inter.GBps;
+  const double wx = 1.0 / (perRankInter * 1e3);
+  const double local = (g - 1) * (2 * m.intra.alphaUs + 2 * slice * wi + slice * red);
+  const double across =
+      2 * (h - 1) * m.inter.alphaUs + 2 * (h - 1) / h * slice * wx + (h - 1) / h * slice * red;
+  return local + across;
 }
 
 }  // namespace chorus::algo

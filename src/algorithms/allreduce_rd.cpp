@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -51,6 +52,11 @@ void allReduceRecursiveDoubling(Context& ctx, const Op& op) {
     engine::Transfer t = engine::Transfer::send(r - 1, buf, bytes, elem, tag);
     ctx.run(std::span(&t, 1));
   }
+}
+
+// log2 n exchanges of the whole message, each priced on the link it crosses.
+double allReduceRecursiveDoublingUs(const CostModel& m, const Op& op, int n) {
+  return m.recursiveUs(op, n, false);
 }
 
 }  // namespace chorus::algo

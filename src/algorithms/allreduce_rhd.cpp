@@ -4,6 +4,7 @@
 // the end. The schedule is patterns::halvingDoublingSchedule; each of its steps is one exchange.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/patterns/patterns.hpp"
 
 namespace chorus::algo {
@@ -43,6 +44,11 @@ void allReduceHalvingDoubling(Context& ctx, const Op& op) {
     if (!ts.empty()) ctx.run(ts);
     cur = op.recv;
   }
+}
+
+// Halving then doubling: the step at distance d moves d / p of the message each way.
+double allReduceHalvingDoublingUs(const CostModel& m, const Op& op, int n) {
+  return m.recursiveUs(op, n, true);
 }
 
 }  // namespace chorus::algo

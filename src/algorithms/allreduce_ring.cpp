@@ -2,6 +2,7 @@
 // transfers (ring.hpp), so the all-gather of a slice starts as soon as it is reduced.
 #include <numeric>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/ring.hpp"
 
 namespace chorus::algo {
@@ -55,6 +56,12 @@ void allReduceRing(Context& ctx, const Op& op) {
   appendRingReduceScatter(ts, ring, op, op.send, op.recv, op.count, avgDivisor(op, n), ctx.tag(), lastRecv);
   appendRingAllGather(ts, ring, op.recv, op.count, dataTypeSize(op.type), ctx.tag(), lastRecv);
   ctx.run(ts);
+}
+
+// Reduce-scatter then all-gather: 2 (n - 1) steps, each moving and (in the first half) reducing 1/n.
+double allReduceRingUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return 2 * (t.fn - 1) * t.al + 2 * (t.fn - 1) / t.fn * t.B * t.wire + (t.fn - 1) / t.fn * t.B * t.red;
 }
 
 }  // namespace chorus::algo

@@ -186,4 +186,14 @@ void allReduceTree(Context& ctx, const Op& op) {
   }
 }
 
+// Pipelined over both trees in the chunk size the model finds fastest (CostModel::treeUs).
+double allReduceTreeUs(const CostModel& m, const Op& op, int n) {
+  return m.treeUs(static_cast<double>(op.messageBytes()), n,
+                  static_cast<double>(m.treeChunkBytes(op.messageBytes(), n)));
+}
+
+std::string allReduceTreeNote(const CostModel& m, const Op& op, int n) {
+  return strCat(" in chunks of ", formatBytes(m.treeChunkBytes(op.messageBytes(), n)));
+}
+
 }  // namespace chorus::algo

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -73,5 +74,14 @@ void allToAllvPairwise(Context& ctx, const Op& op) {
   pairwise(ctx, op, op.send, op.sendCounts.data(), op.sendDispls.data(), op.recvCounts.data(),
            op.recvDispls.data());
 }
+
+// Every pair exchanges its blocks, all progressed together.
+double allToAllPairwiseUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return (t.fn - 1) * (t.al + t.B * t.wire);
+}
+
+// The counts differ by rank: only the message count is known.
+double allToAllvPairwiseUs(const CostModel& m, const Op& op, int n) { return (n - 1) * m.terms(op, n).al; }
 
 }  // namespace chorus::algo

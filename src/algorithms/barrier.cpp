@@ -1,5 +1,8 @@
 // Barrier: shared-memory arrival counters, or a dissemination barrier over pipes.
+#include <cmath>
+
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -14,6 +17,11 @@ void barrierPipes(Context& ctx, const Op&) {
                               engine::Transfer::recv(mod(r - dist, n), nullptr, 0, 1, ctx.tag())};
     ctx.run(ts);
   }
+}
+
+// ceil(log2 n) rounds of one empty message.
+double barrierPipesUs(const CostModel& m, const Op& op, int n) {
+  return std::ceil(std::log2(static_cast<double>(n))) * m.terms(op, n).al;
 }
 
 }  // namespace chorus::algo

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -55,6 +56,12 @@ void broadcastPipeline(Context& ctx, const Op& op) {
     }
   }
   ctx.run(ts);
+}
+
+// The chain: fill (n - 1 hops), the message once over the wire, drain.
+double broadcastPipelineUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return (t.fn - 1) * t.al + t.B * t.wire + (t.fn - 2) * t.al;
 }
 
 }  // namespace chorus::algo

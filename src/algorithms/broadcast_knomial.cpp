@@ -5,6 +5,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/patterns/patterns.hpp"
 
 namespace chorus::algo {
@@ -36,6 +37,13 @@ void broadcastKnomial(Context& ctx, const Op& op) {
     ts.push_back(fwd);
   }
   ctx.run(ts);
+}
+
+// Depth ceil(log_4 n); the root serves up to (k - 1) d children.
+double broadcastKnomialUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  const int d = ceilLog(n, kRadix);
+  return d * t.al + (kRadix - 1) * d * t.B * t.wire;
 }
 
 }  // namespace chorus::algo

@@ -8,23 +8,17 @@
 
 namespace chorus::algo {
 
-namespace {
-
-// floor(log2 n) and whether n is a power of two.
 int floorLog2(int n) {
   int l = 0;
   while ((2 << l) <= n) ++l;
   return l;
 }
+
 int ceilLog(int n, int k) {
   int d = 0;
   for (long span = 1; span < n; span *= k) ++d;
   return d;
 }
-
-constexpr int kRadix = 4;  // broadcast_knomial.cpp, reduce_knomial.cpp
-
-}  // namespace
 
 CostModel CostModel::forLinkClass(const std::string& linkClass) {
   CostModel m;
@@ -81,92 +75,43 @@ std::string CostModel::describe() const {
 }
 
 double CostModel::predictUs(const Algorithm& a, const Op& op, int n) const {
-  if (a.needsSharedMemory) return -1;
-  const double B = static_cast<double>(op.messageBytes());
-  const LinkCost& link = flatLink();
-  const double wire = 1.0 / (link.GBps * 1e3);  // us per byte
-  const double red = 1.0 / (reduceGBps * 1e3);
-  const double al = link.alphaUs;
-  const double fn = n;
+  if (!a.cost) return -1;
   if (n <= 1) return 0;
+  return a.cost(*this, op, n);
+}
+
+CostModel::Terms CostModel::terms(const Op& op, int n) const {
+  const LinkCost& link = flatLink();
+  return Terms{static_cast<double>(op.messageBytes()), static_cast<double>(n), link.alphaUs,
+               1.0 / (link.GBps * 1e3), 1.0 / (reduceGBps * 1e3)};
+}
+
+double CostModel::recursiveUs(const Op& op, int n, bool halving) const {
+  const double B = static_cast<double>(op.messageBytes());
+  const double red = 1.0 / (reduceGBps * 1e3);
   const int L = floorLog2(n);
   const bool pow2 = (1 << L) == n;
   const double p = static_cast<double>(1 << L);
-  const std::string name = a.name;
-  switch (op.kind) {
-    case OpKind::AllReduce:
-      if (name == "ring") return 2 * (fn - 1) * al + 2 * (fn - 1) / fn * B * wire + (fn - 1) / fn * B * red;
-      if (name == "rd" || name == "rhd") {
-        // Step by step: with hosts of G contiguous ranks, the exchange at distance d (in the
-        // power-of-two group) stays within every host only when G is a multiple of 2d; otherwise
-        // some pairs cross hosts and the step waits for them, with all of a host's ranks sharing
-        // its NIC at once.
-        const auto stepUs = [&](int d, double bytes, bool reduce) {
-          const bool across = hosts > 1 && (ranksPerHost == 0 || ranksPerHost % (2 * d) != 0);
-          const LinkCost& l = across ? inter : intra;
-          double gbps = l.GBps;
-          if (across && nicGBps > 0) gbps = std::min(gbps, nicGBps / std::max(ranksPerHost, 1));
-          return l.alphaUs + bytes / (gbps * 1e3) + (reduce ? bytes * red : 0);
-        };
-        // Ranks beyond the power of two fold into a neighbour first and get the result back last.
-        double us = pow2 ? 0 : stepUs(1, B, true) + stepUs(1, B, false);
-        for (int d = 1; d < (1 << L); d *= 2) {
-          if (name == "rd")
-            us += stepUs(d, B, true);
-          else
-            us += stepUs(d, B * d / p, true) + stepUs(d, B * d / p, false);
-        }
-        return us;
-      }
-      if (name == "hier") {
-        // Ring reduce-scatter within each host, ring allreduce of each slice among the ranks of
-        // equal local index (all of a host's ranks share its NIC), ring all-gather within the host.
-        const int G = ranksPerHost, H = hosts;
-        if (H <= 1 || G <= 0) return -1;
-        const double g = G, h = H, slice = B / g;
-        const double wi = 1.0 / (intra.GBps * 1e3);
-        const double perRankInter = nicGBps > 0 ? std::min(inter.GBps, nicGBps / g) : inter.GBps;
-        const double wx = 1.0 / (perRankInter * 1e3);
-        const double local = (g - 1) * (2 * intra.alphaUs + 2 * slice * wi + slice * red);
-        const double across =
-            2 * (h - 1) * inter.alphaUs + 2 * (h - 1) / h * slice * wx + (h - 1) / h * slice * red;
-        return local + across;
-      }
-      if (name == "tree") return treeUs(B, n, static_cast<double>(treeChunkBytes(op.messageBytes(), n)));
-      break;
-    case OpKind::ReduceScatter:
-      if (name == "ring") return (fn - 1) * (al + B * wire + B * red);
-      break;
-    case OpKind::AllGather:
-      if (name == "ring") return (fn - 1) * (al + B * wire);
-      break;
-    case OpKind::Broadcast:
-      if (name == "pipeline") return (fn - 1) * al + B * wire + (fn - 2) * al;
-      if (name == "knomial") {
-        const int d = ceilLog(n, kRadix);
-        return d * al + (kRadix - 1) * d * B * wire;  // the root serves up to (k-1) d children
-      }
-      break;
-    case OpKind::Reduce:
-      if (name == "pipeline") return 2 * (fn - 1) * al + B * wire + B * red;
-      if (name == "knomial") {
-        const int d = ceilLog(n, kRadix);
-        return d * al + (kRadix - 1) * d * B * (wire + red);
-      }
-      break;
-    case OpKind::AllToAll:
-      if (name == "pairwise") return (fn - 1) * (al + B * wire);
-      break;
-    case OpKind::AllToAllv:
-      if (name == "pairwise") return (fn - 1) * al;
-      break;
-    case OpKind::Barrier:
-      if (name == "pipes") return std::ceil(std::log2(fn)) * al;
-      break;
-    default:
-      break;
+  // Step by step: with hosts of G contiguous ranks, the exchange at distance d (in the
+  // power-of-two group) stays within every host only when G is a multiple of 2d; otherwise
+  // some pairs cross hosts and the step waits for them, with all of a host's ranks sharing
+  // its NIC at once.
+  const auto stepUs = [&](int d, double bytes, bool reduce) {
+    const bool across = hosts > 1 && (ranksPerHost == 0 || ranksPerHost % (2 * d) != 0);
+    const LinkCost& l = across ? inter : intra;
+    double gbps = l.GBps;
+    if (across && nicGBps > 0) gbps = std::min(gbps, nicGBps / std::max(ranksPerHost, 1));
+    return l.alphaUs + bytes / (gbps * 1e3) + (reduce ? bytes * red : 0);
+  };
+  // Ranks beyond the power of two fold into a neighbour first and get the result back last.
+  double us = pow2 ? 0 : stepUs(1, B, true) + stepUs(1, B, false);
+  for (int d = 1; d < (1 << L); d *= 2) {
+    if (!halving)
+      us += stepUs(d, B, true);
+    else
+      us += stepUs(d, B * d / p, true) + stepUs(d, B * d / p, false);
   }
-  return -1;
+  return us;
 }
 
 double CostModel::treeUs(double B, int n, double chunk) const {
@@ -193,21 +138,6 @@ size_t CostModel::treeChunkBytes(size_t bytes, int n) const {
       bestUs = us;
     }
     if (c >= bytes / 2) break;  // one chunk per half already
-  }
-  return best;
-}
-
-const Algorithm* cheapest(const CostModel& model, const Op& op, int n) {
-  const Algorithm* best = nullptr;
-  double bestUs = 0;
-  for (const Algorithm& a : registry()) {
-    if (a.kind != op.kind) continue;
-    const double us = model.predictUs(a, op, n);
-    if (us < 0) continue;
-    if (!best || us < bestUs) {
-      best = &a;
-      bestUs = us;
-    }
   }
   return best;
 }

@@ -4,9 +4,10 @@
 // (inter, whose bandwidth the ranks of a host share through its NIC). Its constants come from the
 // communicator's topology, and the selection uses it where no shared-memory algorithm applies (ranks
 // on several hosts): the cheapest prediction wins, so latency-bound sizes get log-depth algorithms
-// and bandwidth-bound ones the ring, halving-doubling, the chain or the hierarchical allreduce. The
-// shared-memory algorithms are chosen by the built-in size rules (selection.cpp), measured on real
-// machines; the model gives them no prediction. chorus-sim (src/sim) runs the algorithms' own
+// and bandwidth-bound ones the ring, halving-doubling, the chain or the hierarchical allreduce. Each
+// algorithm's formula sits beside it in its file (Algorithm::cost). The shared-memory algorithms are
+// chosen by the default size rules (src/tuning/rules.cpp), measured on real machines; the model
+// gives them no prediction. chorus-sim (src/sim) runs the algorithms' own
 // schedules for a finer prediction.
 #pragma once
 
@@ -57,13 +58,23 @@ struct CostModel {
   /// The tree's predicted microseconds for `bytes` on `n` ranks in chunks of `chunk` bytes.
   double treeUs(double bytes, int n, double chunk) const;
 
-  /// Predicted microseconds of `a` running `op` on `n` ranks; a negative value when the model has no
-  /// formula for it (shared-memory algorithms) or it does not apply (hierarchical on one host).
+  /// Predicted microseconds of `a` running `op` on `n` ranks (its cost formula); a negative value
+  /// when it has none (shared-memory algorithms) or it does not apply (hierarchical on one host).
   double predictUs(const Algorithm& a, const Op& op, int n) const;
+
+  /// What the formulas start from, for `op` on the flat link: bytes per rank, ranks, alpha (us),
+  /// us per byte on the wire and us per byte reduced.
+  struct Terms {
+    double B, fn, al, wire, red;
+  };
+  Terms terms(const Op& op, int n) const;
+  /// Recursive doubling (`halving` false) or halving-doubling of `op` step by step, each exchange
+  /// priced on the link it crosses (allreduce_rd.cpp, allreduce_rhd.cpp).
+  double recursiveUs(const Op& op, int n, bool halving) const;
 };
 
-/// The modelled algorithm of op.kind with the lowest prediction (never a shared-memory one), or
-/// nullptr when the model covers none.
-const Algorithm* cheapest(const CostModel& model, const Op& op, int n);
+/// floor(log2 n), n >= 1; ceil(log_k n).
+int floorLog2(int n);
+int ceilLog(int n, int k);
 
 }  // namespace chorus::algo

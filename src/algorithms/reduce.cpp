@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -45,6 +46,12 @@ void reducePipeline(Context& ctx, const Op& op) {
     ts.push_back(fwd);
   }
   ctx.run(ts);
+}
+
+// The chain towards the root, reducing as bytes arrive.
+double reducePipelineUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return 2 * (t.fn - 1) * t.al + t.B * t.wire + t.B * t.red;
 }
 
 }  // namespace chorus::algo

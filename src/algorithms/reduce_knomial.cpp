@@ -5,6 +5,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/patterns/patterns.hpp"
 
 namespace chorus::algo {
@@ -59,6 +60,13 @@ void reduceKnomial(Context& ctx, const Op& op) {
                                                    bytesOf(chunks - 1), elem, ctx.tag());
     ctx.run(std::span(&last, 1));
   }
+}
+
+// Depth ceil(log_4 n); a parent receives and reduces up to (k - 1) d children's chunks.
+double reduceKnomialUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  const int d = ceilLog(n, kRadix);
+  return d * t.al + (kRadix - 1) * d * t.B * (t.wire + t.red);
 }
 
 }  // namespace chorus::algo

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "algorithms/common.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace chorus::algo {
 
@@ -62,6 +63,12 @@ void reduceScatterRing(Context& ctx, const Op& op) {
     lastRecv = static_cast<int>(ts.size()) - 1;
   }
   ctx.run(ts);
+}
+
+// n - 1 steps, each moving and reducing one block.
+double reduceScatterRingUs(const CostModel& m, const Op& op, int n) {
+  const auto t = m.terms(op, n);
+  return (t.fn - 1) * (t.al + t.B * t.wire + t.B * t.red);
 }
 
 }  // namespace chorus::algo

@@ -179,7 +179,7 @@ const Setting kSettings[] = {
        return true;
      },
      [](const EnvConfig& c) { return strCat(static_cast<double>(c.timeout.count()) / 1000.0); }},
-    // Algorithm overrides, grammar in algorithms/selection.cpp (checked at communicator creation).
+    // Algorithm overrides, grammar in tuning/rules.cpp (checked at communicator creation).
     {"CHORUS_ALGO", "", text<&EnvConfig::algo>, showText<&EnvConfig::algo>},
     // Per-rank shared staging area of the direct algorithms, and each point-to-point FIFO.
     {"CHORUS_SHM_STAGE_BYTES", "must be a size between 64K and 1G",

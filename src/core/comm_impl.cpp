@@ -15,6 +15,7 @@
 #include "core/validate.hpp"
 #include "transports/peer_set.hpp"
 #include "transports/shm/shm_group.hpp"
+#include "tuning/tuning.hpp"
 
 namespace chorus {
 
@@ -356,22 +357,7 @@ void CommImpl::executeCollective(const Op& op) {
   if (op.kind == OpKind::AllToAllv && op.sendCounts.size() != static_cast<size_t>(size_)) {
     fail(chorusInternalError, "alltoallv without counts reached the engine");
   }
-  size_t bytes = op.messageBytes();
-  int sizeClass = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
-  auto key = std::make_tuple(static_cast<int>(op.kind), sizeClass, static_cast<int>(op.type));
-  const algo::Algorithm* algorithm;
-  if (auto it = decisions_.find(key); it != decisions_.end()) {
-    algorithm = it->second;
-  } else {
-    algorithm = &algo::select(op, size_, shm() != nullptr, rules_, model_.get());
-    decisions_[key] = algorithm;
-    logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
-            formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", algorithm->name,
-            std::string_view(algorithm->name) == "tree"
-                ? strCat(" in chunks of ", formatBytes(model_->treeChunkBytes(bytes, size_)))
-                : std::string(),
-            " (", algorithm->description, ")");
-  }
+  const algo::Algorithm* algorithm = &selector_.choose(op, shm() != nullptr, model_.get());
   curOp_ = &op;
   curAlgo_ = algorithm->name;
   if (FlightEntry* e = flight_.begin(opStart_)) {

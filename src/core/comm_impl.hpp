@@ -31,6 +31,7 @@
 #include "core/work_state.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"
+#include "tuning/tuning.hpp"
 
 namespace chorus {
 
@@ -162,7 +163,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   const int size_;
   Config config_;
   std::atomic<int64_t> callTimeoutMs_{0};
-  std::vector<algo::Rule> rules_;
+  tuning::Selector selector_;  // the user's rules (Config::algo) and the decisions made
   std::shared_ptr<Store> store_;
   std::shared_ptr<void> keepAlive_;
   std::unique_ptr<transport::PeerSet> peers_;  // every connection (transports/factory.hpp)
@@ -206,7 +207,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
     std::byte* ptr = nullptr;
     size_t bytes = 0;
   } scratch_[2];
-  std::map<std::tuple<int, int, int>, const algo::Algorithm*> decisions_;
 
   // Ordering and the async worker.
   std::mutex qmu_;

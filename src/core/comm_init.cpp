@@ -85,7 +85,7 @@ std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int ran
   try {
     Config resolved = resolveConfig(config);
     std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
-    comm->rules_ = algo::parseRules(resolved.algo);
+    comm->selector_ = tuning::Selector(tuning::parseRules(resolved.algo), rank, size);
     comm->init(makeWatchedStore(shared, rank), std::move(keepAlive));
     return comm;
   } catch (const Error& e) {

@@ -128,9 +128,9 @@ void validateOp(const Op& op, int rank, int size) {
       size_t sMax = 0, rMax = 0;
       for (size_t j = 0; j < n; ++j) {
         size_t se = checkedBytes(op.sendCounts[j], 1, elem, call),
-              re = checkedBytes(op.recvCounts[j], 1, elem, call);
+               re = checkedBytes(op.recvCounts[j], 1, elem, call);
         size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call),
-              rd = checkedBytes(op.recvDispls[j], 1, elem, call);
+               rd = checkedBytes(op.recvDispls[j], 1, elem, call);
         if (se) sMax = std::max(sMax, sd + se);
         if (re) rMax = std::max(rMax, rd + re);
       }

@@ -19,6 +19,7 @@
 #include "transports/factory.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/tcp/net_interfaces.hpp"
+#include "tuning/tuning.hpp"
 
 namespace {
 
@@ -29,19 +30,20 @@ const chorus::OpKind kKinds[] = {chorus::OpKind::AllReduce, chorus::OpKind::Redu
                                  chorus::OpKind::Reduce,    chorus::OpKind::AllToAll};
 const size_t kSizes[] = {8, 4096, size_t{1} << 20, size_t{64} << 20};
 
-const char* decide(chorus::OpKind k, size_t bytes, int ranks, const std::vector<chorus::algo::Rule>& rules) {
+const char* decide(chorus::OpKind k, size_t bytes, int ranks,
+                   const std::vector<chorus::tuning::Rule>& rules) {
   chorus::Op op;
   op.kind = k;
   op.type = chorus::DataType::Uint8;
   op.count = bytes;
-  return chorus::algo::select(op, ranks, ranks > 1, rules).name;
+  return chorus::tuning::select(op, ranks, ranks > 1, rules).name;
 }
 
 // What chorus-info reports, gathered once for the text and the JSON output.
 struct Facts {
   int ranks = 0;
   chorus::Config config;
-  std::vector<chorus::algo::Rule> rules;
+  std::vector<chorus::tuning::Rule> rules;
   const chorus::topo::HostTopology* host = nullptr;
   std::vector<chorus::Communicator> comms;
   const chorus::topo::CommTopology* comm = nullptr;
@@ -60,7 +62,7 @@ Facts gather(int ranks) {
   Facts f;
   f.ranks = ranks;
   f.config = Config::fromEnvironment();
-  f.rules = algo::parseRules(f.config.algo);
+  f.rules = tuning::parseRules(f.config.algo);
   f.host = &topo::localHost();
   f.comms = Communicator::createLocal(ranks, f.config);
   f.comm = &f.comms[0].impl()->topology();
@@ -123,7 +125,7 @@ void printJson(const Facts& f) {
                  {"CHORUS_CHECK", config.checkCalls},
                  {"CHORUS_ALGO", config.algo}};
   Json algos = Json::array();
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     algos.push_back({{"collective", opKindName(a.kind)},
                      {"name", a.name},
                      {"description", a.description},
@@ -183,7 +185,7 @@ void printAlgorithms(const Facts& f) {
   using namespace chorus;
   const int ranks = f.ranks;
   std::printf("\nAlgorithms\n");
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     std::printf("  %-14s %-9s %s%s\n", opKindName(a.kind), a.name, a.description,
                 a.needsSharedMemory ? " [shm]" : "");
   }
@@ -203,7 +205,7 @@ void printAlgorithms(const Facts& f) {
   std::printf("  %-24s", "");
   for (size_t s : kSizes) std::printf(" %11s", formatBytes(s).c_str());
   std::printf("\n");
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     if (a.needsSharedMemory || a.kind == OpKind::AllToAllv || a.kind == OpKind::Barrier) continue;
     std::printf("  %-14s %-9s", opKindName(a.kind), a.name);
     for (size_t s : kSizes) {
@@ -211,7 +213,7 @@ void printAlgorithms(const Facts& f) {
       op.kind = a.kind;
       op.type = DataType::Uint8;
       op.count = s;
-      const bool chosen = &algo::select(op, ranks, false, f.rules, &model) == &a;
+      const bool chosen = &tuning::select(op, ranks, false, f.rules, &model) == &a;
       const double us = model.predictUs(a, op, ranks);
       if (us < 0)
         std::printf(" %10s ", "-");  // does not apply (hierarchical on one host)

@@ -13,6 +13,7 @@
 #include "base/error.hpp"
 #include "base/util.hpp"
 #include "sim/sim.hpp"
+#include "tuning/tuning.hpp"
 
 using namespace chorus;
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
     auto lo = parseByteSize(minB), hi = parseByteSize(maxB);
     if (!lo || !hi || *lo > *hi || *lo == 0) failInvalid("bad size range ", minB, "..", maxB);
     std::vector<const algo::Algorithm*> chosen;
-    for (const algo::Algorithm& a : algo::registry()) {
+    for (const algo::Algorithm& a : tuning::registry()) {
       if (a.kind != kind || a.needsSharedMemory) continue;
       if (!algos.empty() && ("," + algos + ",").find("," + std::string(a.name) + ",") == std::string::npos)
         continue;

@@ -1,4 +1,4 @@
-// Every algorithm in algo::registry(), forced through Config::algo ("<collective>:<name>"), gives
+// Every algorithm in tuning::registry(), forced through Config::algo ("<collective>:<name>"), gives
 // exact results for 2..5 thread ranks, counts 0, 1, 1000 and 300001, float32 and bfloat16, and (for
 // reductions) sum and avg.
 //
@@ -17,6 +17,7 @@
 #include "api_test_util.hpp"
 #include "base/op.hpp"
 #include "chorus/chorus.hpp"
+#include "tuning/tuning.hpp"
 
 using namespace chorus;
 using chorus::apitest::fromBf16;
@@ -80,12 +81,12 @@ size_t countWrong(const Buffer& got, size_t n, DataType type, bool avg, Want&& w
 }
 
 struct Param {
-  size_t algorithm;  // index into algo::registry()
+  size_t algorithm;  // index into tuning::registry()
   int ranks;
 };
 
 std::string nameOf(const Param& p) {
-  const algo::Algorithm& a = algo::registry()[p.algorithm];
+  const algo::Algorithm& a = tuning::registry()[p.algorithm];
   return std::string(opKindName(a.kind)) + "_" + a.name + "_" + std::to_string(p.ranks) + "ranks";
 }
 
@@ -222,7 +223,7 @@ std::string runOne(Communicator& c, OpKind kind, DataType type, ReduceOp op, siz
 
 TEST_P(AlgoOverride, ResultsAreExact) {
   const Param p = GetParam();
-  const algo::Algorithm& a = algo::registry()[p.algorithm];
+  const algo::Algorithm& a = tuning::registry()[p.algorithm];
   Config config = apitest::testConfig(60);
   config.algo = std::string(opKindName(a.kind)) + ":" + a.name;
   auto comms = Communicator::createLocal(p.ranks, config);
@@ -247,7 +248,7 @@ TEST_P(AlgoOverride, ResultsAreExact) {
 
 std::vector<Param> params() {
   std::vector<Param> out;
-  for (size_t i = 0; i < algo::registry().size(); ++i) {
+  for (size_t i = 0; i < tuning::registry().size(); ++i) {
     for (int n : {2, 3, 4, 5}) out.push_back({i, n});
   }
   return out;

@@ -1,4 +1,4 @@
-// The CHORUS_ALGO grammar (algo::parseRules), rule-based selection (algo::select), and malformed
+// The CHORUS_ALGO grammar (tuning::parseRules), rule-based selection (tuning::select), and malformed
 // overrides given through Config::algo and through the CHORUS_ALGO variable.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include "base/op.hpp"
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"
+#include "tuning/tuning.hpp"
 
 using namespace chorus;
 using chorus::apitest::mentions;
@@ -26,7 +27,7 @@ namespace {
 void expectRejected(const std::string& text, std::initializer_list<const char*> words) {
   SCOPED_TRACE(text);
   try {
-    auto rules = algo::parseRules(text);
+    auto rules = tuning::parseRules(text);
     ADD_FAILURE() << "accepted, " << rules.size() << " rule(s)";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), chorusInvalidArgument);
@@ -44,12 +45,12 @@ Op opOf(OpKind kind, size_t count, DataType type = DataType::Float32) {
 }
 
 TEST(ParseRules, EmptyTextGivesNoRules) {
-  EXPECT_TRUE(algo::parseRules("").empty());
-  EXPECT_TRUE(algo::parseRules(" , ,").empty());
+  EXPECT_TRUE(tuning::parseRules("").empty());
+  EXPECT_TRUE(tuning::parseRules(" , ,").empty());
 }
 
 TEST(ParseRules, SizeRangesWithSuffixes) {
-  auto rules = algo::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
+  auto rules = tuning::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
   ASSERT_EQ(rules.size(), 2u);
   EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
   EXPECT_EQ(rules[0].lo, 0u);
@@ -59,7 +60,8 @@ TEST(ParseRules, SizeRangesWithSuffixes) {
   EXPECT_EQ(rules[1].hi, SIZE_MAX);
   EXPECT_EQ(rules[1].name, "ring");
 
-  rules = algo::parseRules("broadcast:1m-1g:pipeline,reduce_scatter:64K-2M:ring,allgather:1kib-3MiB:direct");
+  rules =
+      tuning::parseRules("broadcast:1m-1g:pipeline,reduce_scatter:64K-2M:ring,allgather:1kib-3MiB:direct");
   ASSERT_EQ(rules.size(), 3u);
   EXPECT_EQ(rules[0].kind, OpKind::Broadcast);
   EXPECT_EQ(rules[0].lo, size_t{1} << 20);
@@ -71,7 +73,7 @@ TEST(ParseRules, SizeRangesWithSuffixes) {
   EXPECT_EQ(rules[2].lo, size_t{1} << 10);
   EXPECT_EQ(rules[2].hi, size_t{3} << 20);
 
-  rules = algo::parseRules("alltoall:100-max:pairwise,reduce:0-0:direct");
+  rules = tuning::parseRules("alltoall:100-max:pairwise,reduce:0-0:direct");
   ASSERT_EQ(rules.size(), 2u);
   EXPECT_EQ(rules[0].lo, 100u);
   EXPECT_EQ(rules[0].hi, SIZE_MAX);
@@ -80,7 +82,7 @@ TEST(ParseRules, SizeRangesWithSuffixes) {
 }
 
 TEST(ParseRules, NoRangeMeansEverySize) {
-  auto rules = algo::parseRules("barrier:pipes");
+  auto rules = tuning::parseRules("barrier:pipes");
   ASSERT_EQ(rules.size(), 1u);
   EXPECT_EQ(rules[0].kind, OpKind::Barrier);
   EXPECT_EQ(rules[0].lo, 0u);
@@ -89,7 +91,7 @@ TEST(ParseRules, NoRangeMeansEverySize) {
 
 TEST(ParseRules, AliasesAndWhitespace) {
   auto rules =
-      algo::parseRules(" all_reduce : ring , bcast:pipeline,all_gather:0-1k:ring ,alltoallv:pairwise");
+      tuning::parseRules(" all_reduce : ring , bcast:pipeline,all_gather:0-1k:ring ,alltoallv:pairwise");
   ASSERT_EQ(rules.size(), 4u);
   EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
   EXPECT_EQ(rules[0].name, "ring");
@@ -100,7 +102,7 @@ TEST(ParseRules, AliasesAndWhitespace) {
 
 // UCC-like continuation: a "lo-hi:algo" entry keeps the previous entry's collective.
 TEST(ParseRules, RangeEntriesContinueThePreviousCollective) {
-  auto rules = algo::parseRules("allreduce:0-64K:tree,64K-inf:ring,broadcast:0-4k:knomial,4k-inf:direct");
+  auto rules = tuning::parseRules("allreduce:0-64K:tree,64K-inf:ring,broadcast:0-4k:knomial,4k-inf:direct");
   ASSERT_EQ(rules.size(), 4u);
   EXPECT_EQ(rules[0].kind, OpKind::AllReduce);
   EXPECT_EQ(rules[0].name, "tree");
@@ -117,8 +119,8 @@ TEST(ParseRules, RangeEntriesContinueThePreviousCollective) {
   small.type = large.type = DataType::Uint8;
   small.count = 1024;
   large.count = size_t{1} << 20;
-  EXPECT_STREQ(algo::select(small, 4, true, rules).name, "tree");
-  EXPECT_STREQ(algo::select(large, 4, true, rules).name, "ring");
+  EXPECT_STREQ(tuning::select(small, 4, true, rules).name, "tree");
+  EXPECT_STREQ(tuning::select(large, 4, true, rules).name, "ring");
   // Without a collective before it, a range entry is an error naming it.
   expectRejected("0-64K:tree", {"'0-64K:tree'", "must follow an entry"});
   // The continued collective's algorithms are the ones checked.
@@ -150,44 +152,77 @@ TEST(ParseRules, MalformedRanges) {
 }
 
 TEST(Select, RulesPickAlgorithmBySize) {
-  auto rules = algo::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 100), 4, true, rules).name, "rd");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1024), 4, true, rules).name, "rd")
+  auto rules = tuning::parseRules("allreduce:0-4k:rd,allreduce:4k-inf:ring");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 100), 4, true, rules).name, "rd");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 1024), 4, true, rules).name, "rd")
       << "bounds are inclusive";
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1025), 4, true, rules).name, "ring");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2048, DataType::BFloat16), 4, true, rules).name, "rd");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 1025), 4, true, rules).name, "ring");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 2048, DataType::BFloat16), 4, true, rules).name, "rd");
   // The first matching rule wins.
-  rules = algo::parseRules("broadcast:0-1m:pipeline,broadcast:direct");
-  EXPECT_STREQ(algo::select(opOf(OpKind::Broadcast, 10), 3, true, rules).name, "pipeline");
-  EXPECT_STREQ(algo::select(opOf(OpKind::Broadcast, 1 << 20), 3, true, rules).name, "direct");
+  rules = tuning::parseRules("broadcast:0-1m:pipeline,broadcast:direct");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::Broadcast, 10), 3, true, rules).name, "pipeline");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::Broadcast, 1 << 20), 3, true, rules).name, "direct");
   // Rules for other collectives do not apply.
-  EXPECT_EQ(algo::select(opOf(OpKind::Reduce, 10), 3, true, rules).kind, OpKind::Reduce);
+  EXPECT_EQ(tuning::select(opOf(OpKind::Reduce, 10), 3, true, rules).kind, OpKind::Reduce);
 }
 
 TEST(Select, SharedMemoryAlgorithmNotUsedWithoutSharedMemory) {
-  auto rules = algo::parseRules("allreduce:direct,barrier:direct");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 10), 2, true, rules).name, "direct");
-  const algo::Algorithm& a = algo::select(opOf(OpKind::AllReduce, 10), 2, false, rules);
+  auto rules = tuning::parseRules("allreduce:direct,barrier:direct");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 10), 2, true, rules).name, "direct");
+  const algo::Algorithm& a = tuning::select(opOf(OpKind::AllReduce, 10), 2, false, rules);
   EXPECT_FALSE(a.needsSharedMemory) << a.name;
   EXPECT_EQ(a.kind, OpKind::AllReduce);
-  EXPECT_FALSE(algo::select(opOf(OpKind::Barrier, 0), 2, false, rules).needsSharedMemory);
+  EXPECT_FALSE(tuning::select(opOf(OpKind::Barrier, 0), 2, false, rules).needsSharedMemory);
 }
 
 TEST(Select, EveryRegistryEntryCanBeForced) {
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     const std::string text = std::string(opKindName(a.kind)) + ":" + a.name;
     SCOPED_TRACE(text);
-    auto rules = algo::parseRules(text);
+    auto rules = tuning::parseRules(text);
     for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{300001}}) {
-      EXPECT_EQ(&algo::select(opOf(a.kind, count), 4, true, rules), &a) << "count " << count;
+      EXPECT_EQ(&tuning::select(opOf(a.kind, count), 4, true, rules), &a) << "count " << count;
     }
   }
+}
+
+// The default choice is data in the CHORUS_ALGO grammar: its boundaries (inclusive upper bounds)
+// as the size rules measured on real machines put them, and an algorithm for every collective.
+TEST(Select, DefaultRulesAreTheBuiltInSizeRules) {
+  auto name = [](OpKind k, size_t bytes, bool shm) {
+    return std::string(tuning::select(opOf(k, bytes, DataType::Uint8), 4, shm, {}).name);
+  };
+  EXPECT_EQ(name(OpKind::AllReduce, 8, true), "ll");
+  EXPECT_EQ(name(OpKind::AllReduce, 1024, true), "ll");
+  EXPECT_EQ(name(OpKind::AllReduce, 1025, true), "oneshot");
+  EXPECT_EQ(name(OpKind::AllReduce, 16384, true), "oneshot");
+  EXPECT_EQ(name(OpKind::AllReduce, 16385, true), "direct");
+  EXPECT_EQ(name(OpKind::AllReduce, 16384, false), "rd");
+  EXPECT_EQ(name(OpKind::AllReduce, 16385, false), "ring");
+  EXPECT_EQ(name(OpKind::Broadcast, 1 << 20, false), "pipeline");
+  EXPECT_EQ(name(OpKind::AllToAllv, 64, true), "pairwise");
+  for (bool shm : {true, false}) {
+    std::set<OpKind> covered;
+    for (const tuning::Rule& r : tuning::defaultRules(shm)) {
+      covered.insert(r.kind);
+      const algo::Algorithm* a = tuning::findAlgorithm(r.kind, r.name);
+      ASSERT_NE(a, nullptr) << r.name;
+      EXPECT_TRUE(shm || !a->needsSharedMemory) << r.name << " needs shared memory";
+    }
+    EXPECT_EQ(covered.size(), 8u) << "every collective has a default (shm " << shm << ")";
+  }
+}
+
+// Every pipe algorithm has a cost formula beside it, and no shared-memory one has.
+TEST(Registry, PipeAlgorithmsHaveCostFormulas) {
+  for (const algo::Algorithm& a : tuning::registry())
+    EXPECT_EQ(a.cost == nullptr, a.needsSharedMemory) << a.name;
 }
 
 TEST(Registry, EveryCollectiveHasUniquelyNamedAlgorithms) {
   std::set<std::pair<int, std::string>> seen;
   std::set<int> kinds;
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     EXPECT_TRUE(seen.insert({static_cast<int>(a.kind), a.name}).second) << "duplicate " << a.name;
     EXPECT_NE(a.run, nullptr) << a.name;
     EXPECT_NE(std::string(a.description), "") << a.name;
@@ -234,7 +269,7 @@ TEST(AlgoConfig, MalformedChorusAlgoVariableNamesEntry) {
 
 const char* modelChoice(OpKind kind, size_t bytes, int n, const std::string& linkClass = "shm-numa") {
   const algo::CostModel model = algo::CostModel::forLinkClass(linkClass);
-  return algo::select(opOf(kind, bytes, DataType::Uint8), n, /*haveShm=*/false, {}, &model).name;
+  return tuning::select(opOf(kind, bytes, DataType::Uint8), n, /*haveShm=*/false, {}, &model).name;
 }
 
 // Without shared memory the model decides: log-depth algorithms for small messages, bandwidth-optimal
@@ -255,7 +290,7 @@ TEST(CostModel, LatencyAlgorithmsSmallBandwidthAlgorithmsLarge) {
                    OpKind::Reduce, OpKind::AllToAll, OpKind::Barrier}) {
     for (size_t bytes : {size_t{0}, size_t{8}, size_t{1} << 20}) {
       const char* name = modelChoice(k, bytes, 5);
-      for (const auto& a : algo::registry()) {
+      for (const auto& a : tuning::registry()) {
         if (a.kind == k && std::string(a.name) == name) {
           EXPECT_FALSE(a.needsSharedMemory) << name;
         }
@@ -277,7 +312,7 @@ TEST(CostModel, CrossoverFollowsTheLinkClass) {
   EXPECT_GT(local, 0u);
   EXPECT_GT(network, local);
   const algo::CostModel m = algo::CostModel::forLinkClass("shm-numa");
-  for (const auto& a : algo::registry()) {
+  for (const auto& a : tuning::registry()) {
     const double small = m.predictUs(a, opOf(a.kind, 1024, DataType::Uint8), 8);
     const double large = m.predictUs(a, opOf(a.kind, size_t{1} << 24, DataType::Uint8), 8);
     if (a.needsSharedMemory || std::string(a.name) == "hier") {
@@ -299,7 +334,8 @@ TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
   m.hosts = 8;
   m.ranksPerHost = 8;
   const auto choice = [&](size_t bytes) {
-    return std::string(algo::select(opOf(OpKind::AllReduce, bytes, DataType::Uint8), 64, false, {}, &m).name);
+    return std::string(
+        tuning::select(opOf(OpKind::AllReduce, bytes, DataType::Uint8), 64, false, {}, &m).name);
   };
   m.nicGBps = m.inter.GBps;
   EXPECT_EQ(choice(8), "rd");
@@ -314,7 +350,7 @@ TEST(CostModel, HierarchicalWinsWhenHostsHaveFastLinks) {
   EXPECT_EQ(choice(size_t{512} << 20), "hier");
   // Hosts of unequal size: no hierarchical prediction.
   const algo::Algorithm* hier = nullptr;
-  for (const auto& a : algo::registry()) {
+  for (const auto& a : tuning::registry()) {
     if (a.kind == OpKind::AllReduce && std::string(a.name) == "hier") hier = &a;
   }
   ASSERT_NE(hier, nullptr);
@@ -350,10 +386,10 @@ TEST(CostModel, TreeChunkFollowsMessageSizeAndRoundCost) {
 // Rules still come first, and with shared memory the built-in size rules decide.
 TEST(CostModel, RulesAndSharedMemoryComeFirst) {
   const algo::CostModel model;
-  const auto rules = algo::parseRules("allreduce:ring");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2), 4, false, rules, &model).name, "ring");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 2), 4, true, {}, &model).name, "ll");
-  EXPECT_STREQ(algo::select(opOf(OpKind::AllReduce, 1 << 20), 4, true, {}, &model).name, "direct");
+  const auto rules = tuning::parseRules("allreduce:ring");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 2), 4, false, rules, &model).name, "ring");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 2), 4, true, {}, &model).name, "ll");
+  EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 1 << 20), 4, true, {}, &model).name, "direct");
 }
 
 }  // namespace

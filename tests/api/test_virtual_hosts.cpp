@@ -16,6 +16,7 @@
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
 #include "topology/comm_topology.hpp"
+#include "tuning/tuning.hpp"
 
 using namespace chorus;
 
@@ -95,7 +96,7 @@ bool tunerChoicesAgree() {
       op.kind = OpKind::AllReduce;
       op.type = DataType::Float32;
       op.count = sizes[s];
-      choice[s] = algo::select(op, n, false, {}, &model).name;
+      choice[s] = tuning::select(op, n, false, {}, &model).name;
     }
   }
   if (choice[0] == choice[1]) {

@@ -23,6 +23,7 @@
 #include "bootstrap/host_identity.hpp"
 #include "bootstrap/unique_id.hpp"
 #include "chorus/chorus.hpp"
+#include "tuning/tuning.hpp"
 
 namespace {
 
@@ -50,23 +51,23 @@ void byteSize(const std::string& text) {
 }
 
 void rules(const std::string& text) {
-  std::vector<algo::Rule> parsed;
+  std::vector<tuning::Rule> parsed;
   try {
-    parsed = algo::parseRules(text);
+    parsed = tuning::parseRules(text);
   } catch (const Error&) {
     return;
   }
   std::string canonical;
-  for (const algo::Rule& r : parsed) {
+  for (const tuning::Rule& r : parsed) {
     // parseRules only makes rules for collectives, whose CHORUS_ALGO names are opKindName's.
     if (r.kind == OpKind::Send || r.kind == OpKind::Recv) bug("parseRules: rule for send/recv", text);
     const char* coll = opKindName(r.kind);
     canonical += std::string(canonical.empty() ? "" : ",") + coll + ":" + std::to_string(r.lo) + "-" +
                  sizeText(r.hi) + ":" + r.name;
   }
-  std::vector<algo::Rule> again;
+  std::vector<tuning::Rule> again;
   try {
-    again = algo::parseRules(canonical);
+    again = tuning::parseRules(canonical);
   } catch (const Error&) {
     bug("parseRules: canonical form rejected", text);
   }

@@ -8,6 +8,7 @@
 #include "algorithms/algorithm.hpp"
 #include "base/error.hpp"
 #include "sim/sim.hpp"
+#include "tuning/tuning.hpp"
 
 using namespace chorus;
 
@@ -24,7 +25,7 @@ Op opOf(OpKind kind, size_t count, int root = 0) {
 }
 
 const algo::Algorithm& find(OpKind kind, const std::string& name) {
-  for (const algo::Algorithm& a : algo::registry()) {
+  for (const algo::Algorithm& a : tuning::registry()) {
     if (a.kind == kind && name == a.name) return a;
   }
   throw std::runtime_error("no algorithm " + name);
@@ -74,7 +75,7 @@ TEST(Sim, EveryPipeAlgorithmReplaysToCompletion) {
       sim::Machine m = gpuCluster(hosts, perHost);
       m.chunkBytes = 4096;
       const int n = hosts * perHost;
-      for (const algo::Algorithm& a : algo::registry()) {
+      for (const algo::Algorithm& a : tuning::registry()) {
         if (a.kind == OpKind::AllToAllv) continue;  // needs per-peer counts
         for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{65536}}) {
           SCOPED_TRACE(testing::Message() << opKindName(a.kind) << " " << a.name << " on " << hosts << "x"
