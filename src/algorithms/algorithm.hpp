@@ -14,51 +14,32 @@
 #include <vector>
 
 #include "base/op.hpp"
+#include "engine/shm_sync.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"
 #include "topology/comm_topology.hpp"
-#include "transports/shm/shm_group.hpp"
 
 namespace chorus::algo {
 
 struct CostModel;
 
-/// What an algorithm may use. Implemented by the communicator for the duration of one operation.
+/// What an algorithm may use: the pipes to every peer and local data movement, and for the direct
+/// algorithms the shared-memory capability. Implemented by the communicator for the duration of one
+/// operation, and by the simulator (src/sim) for the pipe algorithms.
 class Context {
  public:
   virtual ~Context() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// The shared-memory group, or nullptr when the ranks do not all share one host.
-  virtual transport::ShmGroup* shm() = 0;
+  /// The shared-memory capability (staging areas, synchronisation, low-latency lines, buffer
+  /// exchange), which only the direct algorithms ask for: nullptr when the ranks do not all share
+  /// one host (and in the simulator, which runs the pipe algorithms only).
+  virtual engine::ShmSync* sharedMemory() = 0;
   /// Scratch memory owned by the communicator, at least `bytes`, 64-byte aligned. Slots 0 and 1
   /// are distinct buffers; contents are not preserved between operations.
   virtual std::byte* scratch(size_t bytes, int slot = 0) = 0;
   /// Runs transfers to completion (deadline, abort and peer-death checks included).
   virtual void run(std::span<engine::Transfer> transfers) = 0;
-  /// Direct algorithms: publish arrival at the next sync point and wait until every rank arrives.
-  virtual void syncAll() = 0;
-  /// Direct algorithms: which staging half (0/1) the next chunk uses; alternates across operations.
-  virtual int nextStageHalf() = 0;
-  /// Low-latency exchange for small messages: publishes `bytes` (<= llCapacity()) of `mine` and
-  /// copies every rank's message, own included, to out + r * bytes. One cache-line transfer per
-  /// 56 bytes and peer, no separate flag; it is also a synchronisation of all ranks.
-  virtual void llGather(const void* mine, size_t bytes, std::byte* out) = 0;
-  size_t llCapacity() const { return transport::ShmGroup::kLlBytes; }
-  /// A rank's buffers for zero-copy algorithms, mapped into this process.
-  struct PeerBuffers {
-    const std::byte* send = nullptr;
-    std::byte* recv = nullptr;
-  };
-  /// Zero-copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed) and
-  /// synchronises. If zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc
-  /// memory, fills `peers` (one entry per rank, own included) and returns true; otherwise false.
-  /// Every rank gets the same answer. A rank whose own buffers are ordinary memory answers at
-  /// once; the others wait for every rank's buffers (one synchronisation), so only for large messages.
-  virtual bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                               std::vector<PeerBuffers>& peers) = 0;
-  /// Whether exchangeBuffers() can ever succeed on this communicator (same on every rank).
-  virtual bool zeroCopyEnabled() const = 0;
   /// Tag that identifies this operation's messages on the pipes.
   virtual uint16_t tag() const = 0;
   /// Hosts and rank placement (hierarchical algorithms group ranks by host).

@@ -13,7 +13,7 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
   const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem);
-  std::vector<Context::PeerBuffers> peers;
+  std::vector<engine::PeerBuffers> peers;
   if (tryZeroCopy(ctx, op.count * elem, op.send, op.count * elem, op.recv, 0, peers)) {
     // Zero copy: every rank copies the peers' inputs straight into its output.
     for (int k = 0; k < n; ++k) {
@@ -21,10 +21,10 @@ void allGatherDirect(Context& ctx, const Op& op) {
       kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count, elem), peers[static_cast<size_t>(k)].send,
                     op.count * elem, store);
     }
-    ctx.syncAll();  // nobody reads this rank's input any more
+    shared(ctx).syncAll();  // nobody reads this rank's input any more
     return;
   }
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
       ctx, op.count, chunk,

@@ -12,7 +12,7 @@ namespace {
 // every peer's input into its own output, then copies the other slices from the peers' outputs.
 // Three synchronisations (buffers published, slices reduced, peers done reading) and each rank
 // reads n + n-1 slices and writes n: no staging copy at all.
-void allReduceShared(Context& ctx, const Op& op, const std::vector<Context::PeerBuffers>& peers) {
+void allReduceShared(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   Slices slices(op.count, static_cast<size_t>(n), cacheLineElems(elem));
@@ -22,14 +22,14 @@ void allReduceShared(Context& ctx, const Op& op, const std::vector<Context::Peer
     for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = peers[static_cast<size_t>(k)].send + so * elem;
     kernels::reduce(at(op.recv, so, elem), srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n));
   }
-  ctx.syncAll();  // every slice reduced
+  shared(ctx).syncAll();  // every slice reduced
   const kernels::Store store = outputStore(op.count * elem);
   for (int k = 0; k < n; ++k) {
     const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
     if (k != me && l)
       kernels::copy(at(op.recv, o, elem), peers[static_cast<size_t>(k)].recv + o * elem, l * elem, store);
   }
-  ctx.syncAll();  // nobody reads this rank's buffers any more: the caller may reuse them
+  shared(ctx).syncAll();  // nobody reads this rank's buffers any more: the caller may reuse them
 }
 
 }  // namespace
@@ -39,9 +39,9 @@ void allReduceDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
-  std::vector<Context::PeerBuffers> peers;
+  std::vector<engine::PeerBuffers> peers;
   if (tryZeroCopy(ctx, bytes, op.send, bytes, op.recv, bytes, peers)) return allReduceShared(ctx, op, peers);
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::Store store = outputStore(bytes, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
@@ -64,7 +64,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
           kernels::reduce(shm.stage(me, h) + so * elem, srcs.data(), n, sn, op.type, op.op,
                           avgDivisor(op, n));
         }
-        ctx.syncAll();  // every slice reduced
+        shared(ctx).syncAll();  // every slice reduced
         for (int k = 0; k < n; ++k) {
           size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
           if (l) kernels::copy(at(op.recv, off + o, elem), shm.stage(k, h) + o * elem, l * elem, store);
@@ -78,7 +78,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
 // messages, where the flag round trip is most of the time.
 void allReduceOneShot(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
@@ -101,12 +101,12 @@ void allReduceLowLatency(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   const int n = ctx.size();
   const size_t elem = dataTypeSize(op.type);
-  const size_t chunk = ctx.llCapacity() / elem;
+  const size_t chunk = engine::ShmSync::llCapacity() / elem;
   std::byte* gathered = ctx.scratch(static_cast<size_t>(n) * chunk * elem);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (size_t off = 0; off < op.count; off += chunk) {
     const size_t ce = std::min(chunk, op.count - off), bytes = ce * elem;
-    ctx.llGather(at(op.send, off, elem), bytes, gathered);
+    shared(ctx).llGather(at(op.send, off, elem), bytes, gathered);
     for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = gathered + static_cast<size_t>(k) * bytes;
     kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
   }

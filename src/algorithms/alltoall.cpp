@@ -10,7 +10,7 @@ namespace chorus::algo {
 // In place is safe: a chunk is fully staged by every rank before anyone writes that chunk's output.
 void allToAllDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));

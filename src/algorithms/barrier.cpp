@@ -6,7 +6,7 @@
 
 namespace chorus::algo {
 
-void barrierDirect(Context& ctx, const Op&) { ctx.syncAll(); }
+void barrierDirect(Context& ctx, const Op&) { shared(ctx).syncAll(); }
 
 // Round k: notify rank r+2^k, wait for rank r-2^k; after ceil(log2 n) rounds everyone has heard
 // (indirectly) from everyone.

@@ -13,15 +13,15 @@ void broadcastDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
   const kernels::Store store = outputStore(bytes);
-  std::vector<Context::PeerBuffers> peers;
+  std::vector<engine::PeerBuffers> peers;
   if (tryZeroCopy(ctx, bytes, op.send, me == op.root ? bytes : 0, op.recv, 0, peers)) {
     // Zero copy: every rank copies the root's input straight into its output.
     const std::byte* src = peers[static_cast<size_t>(op.root)].send;
     if (src != op.recv) kernels::copy(op.recv, src, bytes, store);
-    ctx.syncAll();  // nobody reads the root's input any more
+    shared(ctx).syncAll();  // nobody reads the root's input any more
     return;
   }
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
       ctx, op.count, chunk,

@@ -24,6 +24,14 @@ inline std::byte* at(void* base, size_t elems, size_t elemSize) {
 /// Elements per 64-byte cache line (slices start on cache lines so ranks never write one line).
 inline size_t cacheLineElems(size_t elemSize) { return 64 / elemSize; }
 
+/// The shared-memory capability of a direct algorithm's communicator (it is selected only where the
+/// ranks share a host; anything else is an internal error, not a crash).
+inline engine::ShmSync& shared(Context& ctx) {
+  engine::ShmSync* s = ctx.sharedMemory();
+  if (s == nullptr) fail(chorusInternalError, "a shared-memory algorithm ran without shared memory");
+  return *s;
+}
+
 /// Largest chunk of `blocks` equal blocks, in elements per block, that fits one staging half.
 inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, size_t blocks) {
   size_t per = shm.stageHalfBytes() / elemSize / blocks;
@@ -39,9 +47,9 @@ template <typename Stage, typename Consume>
 void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage, Consume&& consume) {
   for (size_t off = 0; off < count; off += chunk) {
     const size_t ce = std::min(chunk, count - off);
-    const int half = ctx.nextStageHalf();
+    const int half = shared(ctx).nextStageHalf();
     stage(off, ce, half);
-    ctx.syncAll();
+    shared(ctx).syncAll();
     consume(off, ce, half);
   }
 }
@@ -71,12 +79,13 @@ inline kernels::Store outputStore(size_t bytes, bool overwritesInput = false) {
 /// than the copy through the staging area that it saves.
 constexpr size_t kZeroCopyMinBytes = size_t{64} << 10;
 
-/// Context::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
+/// ShmSync::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
 /// message is too small or zero copy is off.
 inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, size_t sendBytes, void* recv,
-                        size_t recvBytes, std::vector<Context::PeerBuffers>& peers) {
-  if (messageBytes < kZeroCopyMinBytes || !ctx.zeroCopyEnabled()) return false;
-  return ctx.exchangeBuffers(send, sendBytes, recv, recvBytes, peers);
+                        size_t recvBytes, std::vector<engine::PeerBuffers>& peers) {
+  engine::ShmSync& sm = shared(ctx);
+  if (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled()) return false;
+  return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers);
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

@@ -8,7 +8,7 @@ namespace chorus::algo {
 
 void reduceDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);

@@ -13,7 +13,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  std::vector<Context::PeerBuffers> peers;
+  std::vector<engine::PeerBuffers> peers;
   const size_t sendBytes = static_cast<size_t>(n) * op.count * elem;
   if (tryZeroCopy(ctx, sendBytes, op.send, sendBytes, op.recv, 0, peers)) {
     // Zero copy: reduce block `me` of every peer's input straight into the output.
@@ -21,10 +21,10 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
       srcs[static_cast<size_t>(k)] =
           peers[static_cast<size_t>(k)].send + static_cast<size_t>(me) * op.count * elem;
     kernels::reduce(op.recv, srcs.data(), n, op.count, op.type, op.op, avgDivisor(op, n));
-    ctx.syncAll();  // nobody reads this rank's input any more
+    shared(ctx).syncAll();  // nobody reads this rank's input any more
     return;
   }
-  transport::ShmGroup& shm = *ctx.shm();
+  transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,

@@ -14,7 +14,6 @@
 #include "base/tsan_sync.hpp"
 #include "core/validate.hpp"
 #include "transports/peer_set.hpp"
-#include "transports/shm/shm_group.hpp"
 #include "tuning/tuning.hpp"
 
 namespace chorus {
@@ -130,8 +129,8 @@ std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t co
   flight_.end(code);
   // Once: a peer's timeout reported here already says where each rank is.
   constexpr std::string_view kWhere = "; where each rank is: ";
-  if (code == chorusTimeout && shm_ && message.find(kWhere) == std::string::npos)
-    message += strCat(kWhere, progressReport());
+  if (code == chorusTimeout && shmSync_ && message.find(kWhere) == std::string::npos)
+    message += strCat(kWhere, shmSync_->progressReport());
   markFailed(code, message);
   if (const std::string& path = envConfig().flightRecorderPath; !path.empty()) {
     // One file per rank and communicator: <path>.<comm id>.<rank>.
@@ -139,7 +138,7 @@ std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t co
     if (FILE* f = std::fopen(file.c_str(), "w")) {
       std::fprintf(f, "# chorus flight recorder: rank %d of %d, pid %d, communicator %s\n# failed: %s\n",
                    rank_, size_, static_cast<int>(getpid()), commId_.c_str(), message.c_str());
-      if (shm_) std::fprintf(f, "# where each rank is: %s\n", progressReport().c_str());
+      if (shmSync_) std::fprintf(f, "# where each rank is: %s\n", shmSync_->progressReport().c_str());
       std::fprintf(f, "# the last %zu operations of this rank, oldest first:\n%s", flight_.size(),
                    flight_.format().c_str());
       std::fclose(f);
@@ -151,21 +150,6 @@ std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t co
     lastError_ = message;
   }
   return {code, std::move(message)};
-}
-
-std::string CommImpl::progressReport() const {
-  std::string out;
-  for (int r = 0; r < size_; ++r) {
-    int kind = 0;
-    const uint64_t p = shm_->progress(r, &kind);
-    const uint64_t seq = p >> 1;
-    const char* name = opKindName(static_cast<OpKind>(kind));
-    out += strCat(r ? ", " : "", "rank ", r, " ",
-                  seq == 0  ? std::string("has run no collective")
-                  : (p & 1) ? strCat("finished ", name, " #", seq)
-                            : strCat("in ", name, " #", seq));
-  }
-  return out;
 }
 
 void CommImpl::markFailed(chorusResult_t code, const std::string& message) {
@@ -271,6 +255,7 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
   }
   if (!p2p.empty()) {
     curOp_ = nullptr;
+    if (shmSync_) shmSync_->clearCall();
     curP2p_ = p2p.size();
     tag_ = kPointToPointTag;
     if (FlightEntry* e = flight_.begin(opStart_)) {
@@ -281,45 +266,6 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
     flight_.end(chorusSuccess);
   }
 }
-
-namespace {
-
-// What must agree between the ranks of one collective call: kind, count, type, op, root.
-transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
-  transport::CallFingerprint f;
-  f.seq = seq;
-  f.kind = static_cast<int32_t>(o.kind);
-  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
-  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-  f.op = isReducing(o.kind) ? static_cast<int32_t>(o.op) : 0;
-  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
-  return f;
-}
-
-std::string describeCall(const transport::CallFingerprint& f) {
-  auto kind = static_cast<OpKind>(f.kind);
-  return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
-                dataTypeName(static_cast<DataType>(f.type)),
-                isReducing(kind) ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
-                f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
-}
-
-// A 64-bit hash of the call: low-latency messages carry it whole.
-uint64_t callHash(const transport::CallFingerprint& f) {
-  uint64_t h = f.seq * 0x9E3779B97F4A7C15ull;
-  for (uint64_t v :
-       {f.count, uint64_t{static_cast<uint32_t>(f.kind)}, uint64_t{static_cast<uint32_t>(f.type)},
-        uint64_t{static_cast<uint32_t>(f.op)}, uint64_t{static_cast<uint32_t>(f.root)}}) {
-    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
-// 16 bits of it (never kPointToPointTag): every pipe message's tag, and every sync flag's.
-uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
-
-}  // namespace
 
 void CommImpl::executeLocally(const Op& op) {
   // One rank: every collective is a copy (Avg divides by 1).
@@ -345,9 +291,9 @@ void CommImpl::executeCollective(const Op& op) {
   // What this call is travels with it: its hash is every message's tag (the pipes compare it, on
   // shared memory and over the network), and on shared memory the call itself is published for
   // the first synchronisation to compare (verifyPeerCalls).
-  call_ = fingerprintOf(op, collSeq_);
-  callHash_ = callHash(call_);
-  tag_ = callTag(callHash_);
+  call_ = engine::fingerprintOf(op, collSeq_);
+  callHash_ = engine::callHash(call_);
+  tag_ = engine::callTag(callHash_);
   if (size_ == 1) {
     curOp_ = &op;
     curAlgo_ = nullptr;
@@ -357,49 +303,19 @@ void CommImpl::executeCollective(const Op& op) {
   if (op.kind == OpKind::AllToAllv && op.sendCounts.size() != static_cast<size_t>(size_)) {
     fail(chorusInternalError, "alltoallv without counts reached the engine");
   }
-  const algo::Algorithm* algorithm = &selector_.choose(op, shm() != nullptr, model_.get());
+  const algo::Algorithm* algorithm = &selector_.choose(op, sharedMemory() != nullptr, model_.get());
   curOp_ = &op;
   curAlgo_ = algorithm->name;
   if (FlightEntry* e = flight_.begin(opStart_)) {
     *e = FlightEntry{collSeq_, op.kind, op.count, op.type, op.op, op.root, algorithm->name, opStart_};
   }
-  if (shm_) {
-    shm_->publishFingerprint(call_);
-    shm_->publishProgress(collSeq_, static_cast<int>(op.kind), false);
+  if (shmSync_) {
+    shmSync_->beginCall(call_, callHash_, tag_, op.kind);
+    if (config_.checkCalls) shmSync_->checkCallsMatch();
   }
-  if (config_.checkCalls && shm_) checkCallsMatch();
   algorithm->run(*this, op);
   flight_.end(chorusSuccess);
-  if (shm_) shm_->publishProgress(collSeq_, static_cast<int>(op.kind), true);
-}
-
-// Check mode: every collective synchronises first, and so compares every rank's call.
-void CommImpl::checkCallsMatch() {
-  syncAll();
-  verifyPeerCalls(" (CHORUS_CHECK)", true);
-}
-
-// After a synchronisation with every rank in this call: each published its call before, and a
-// mismatch is an error naming both. A peer's slot that holds another call means either that it ran
-// two calls ahead (it can, where it waits for nobody: nothing to tell) or that it has not yet started
-// this call although it synchronised with this rank (its calls differ: an error too).
-void CommImpl::verifyPeerCalls(const char* how, bool allArrived) {
-  std::string differ;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    transport::CallFingerprint theirs;
-    if (shm_->fingerprint(r, collSeq_, &theirs)) {
-      if (!(theirs == call_))
-        differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", describeCall(theirs));
-    } else if (allArrived && theirs.seq != 0 && theirs.seq < collSeq_) {
-      differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " was still in call #", theirs.seq + 1,
-                       " or before");
-    }
-  }
-  if (!differ.empty()) {
-    fail(chorusInvalidUsage, strCat("rank ", rank_, ": collective call mismatch", how, ": this rank called ",
-                                    describeCall(call_), " but ", differ));
-  }
+  if (shmSync_) shmSync_->endCall(op.kind);
 }
 
 // ---- Context for algorithms ---------------------------------------------------------------------
@@ -416,172 +332,8 @@ void CommImpl::run(std::span<engine::Transfer> transfers) {
   } catch (const Error& e) {
     // A message of another call (its tag or length differ): on shared memory, the sender's
     // published call names what it called.
-    if (e.code() == chorusInvalidUsage && shm_ && curOp_) verifyPeerCalls("", false);
+    if (e.code() == chorusInvalidUsage && shmSync_) shmSync_->verifyPeerCalls("", false);
     throw;
-  }
-}
-
-void CommImpl::syncAll() {
-  const uint64_t target = ++syncCounter_;
-  tsanReleaseShm();
-  shm_->setSyncFlag(target, tag_);
-  engine::Waiter waiter = makeWaiter();
-  int next = 0;    // ranks below `next` have arrived
-  int other = -1;  // a rank that arrived from another call (its flag carries another tag)
-  for (;;) {
-    while (next < size_) {
-      uint16_t tag;
-      const uint64_t flag = shm_->syncFlag(next, &tag);
-      if (flag < target) break;
-      if (flag == target && tag != tag_) other = next;
-      ++next;
-    }
-    if (next == size_) {
-      tsanAcquireShm();
-      if (other >= 0) callMismatch(other);
-      return;
-    }
-    waiter.idle(
-        [&] {
-          std::string missing;
-          for (int r = 0; r < size_; ++r) {
-            if (shm_->syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
-          }
-          return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
-        },
-        [&](int r) { return shm_->syncFlag(r) < target; });
-  }
-}
-
-// Rank `peer` synchronised, or sent a message, from another call than this rank's: an error naming
-// both calls where the peers' published calls tell them.
-void CommImpl::callMismatch(int peer) {
-  if (curOp_) verifyPeerCalls("", true);
-  fail(chorusInvalidUsage,
-       strCat("rank ", rank_, ": collective call mismatch: this rank called ",
-              curOp_ ? describeCall(call_) : opWhat(), " but rank ", peer, " is in another call"));
-}
-
-void CommImpl::llGather(const void* mine, size_t bytes, std::byte* out) {
-  const uint64_t seq = ++llSeq_;
-  const int slot = static_cast<int>(seq & 1);
-  tsanReleaseShm();
-  shm_->llPublish(slot, seq, callHash_, mine, bytes);
-  std::byte* own = out + static_cast<size_t>(rank_) * bytes;
-  if (own != mine && bytes) std::memcpy(own, mine, bytes);
-  engine::Waiter waiter = makeWaiter();
-  int other = -1;
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    while (!shm_->llArrived(r, slot, seq, bytes)) {
-      waiter.idle(
-          [&] {
-            std::string missing;
-            for (int k = r; k < size_; ++k) {
-              if (k != rank_ && !shm_->llArrived(k, slot, seq, bytes))
-                missing += strCat(missing.empty() ? "" : ", ", k);
-            }
-            return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing, " to arrive");
-          },
-          [&](int k) { return k >= r && k != rank_ && !shm_->llArrived(k, slot, seq, bytes); });
-    }
-    tsanAcquireShm();
-    if (shm_->llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != callHash_) other = r;
-  }
-  if (other >= 0) callMismatch(other);
-}
-
-bool CommImpl::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                               std::vector<PeerBuffers>& peers) {
-  if (!zeroCopyEnabled()) return false;
-  const uint64_t seq = ++bufferSeq_;
-  transport::SharedBufferRef s, r;
-  if (sendBytes) s = transport::findShared(send, sendBytes);
-  if (recvBytes) r = transport::findShared(recv, recvBytes);
-  // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
-  // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
-  const transport::CallFingerprint call = curOp_ ? call_ : transport::CallFingerprint{};
-  const bool mine = (!sendBytes || s.valid()) && (!recvBytes || r.valid());
-  tsanReleaseShm();
-  shm_->publishBuffers(seq, s, r, mine, call);
-  // Zero copy needs every rank's buffers: a rank whose own are ordinary memory knows the answer and
-  // goes on at once (its peers read it in its slot), so buffers in ordinary memory, the common case,
-  // cost no synchronisation. Only ranks whose buffers are all shared wait for every peer's slot.
-  if (!mine) return false;
-  awaitBuffers(seq);
-  std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(size_)), recvs(sends.size());
-  bool allUsable = true;
-  std::string differ;
-  for (int k = 0; k < size_; ++k) {
-    bool usable = false;
-    transport::CallFingerprint theirs;
-    if (!shm_->buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable,
-                       &theirs)) {
-      fail(chorusInvalidUsage, strCat("rank ", rank_, ": ", opWhat(), ": rank ", k,
-                                      " is not in the same collective (it published another buffer exchange "
-                                      "than #",
-                                      seq, "): mismatched calls"));
-    }
-    if (!(theirs == call))
-      differ += strCat(differ.empty() ? "" : "; ", "rank ", k, " called ", describeCall(theirs));
-    allUsable = allUsable && usable;
-  }
-  if (!differ.empty()) {
-    fail(chorusInvalidUsage,
-         strCat("rank ", rank_, ": collective call mismatch: this rank called ", describeCall(call), " but ",
-                differ, " (found by the zero-copy buffer exchange)"));
-  }
-  if (!allUsable) return false;
-  peers.assign(static_cast<size_t>(size_), PeerBuffers{});
-  for (int k = 0; k < size_; ++k) {
-    PeerBuffers& p = peers[static_cast<size_t>(k)];
-    if (k == rank_) {
-      p.send = static_cast<const std::byte*>(send);
-      p.recv = static_cast<std::byte*>(recv);
-      continue;
-    }
-    const auto& sk = sends[static_cast<size_t>(k)];
-    const auto& rk = recvs[static_cast<size_t>(k)];
-    try {
-      if (sk.valid()) p.send = peerMappings_.map(sk, k);
-      if (rk.valid()) p.recv = peerMappings_.map(rk, k);
-    } catch (const Error& e) {
-      // A peer that failed first (and exited, taking its buffers along) says why.
-      std::string text;
-      chorusResult_t code = chorusRemoteError;
-      if (const int peer = findPeerFailure(&code, &text); peer >= 0) {
-        fail(chorusRemoteError,
-             strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
-      }
-      fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
-    }
-  }
-  return true;
-}
-
-void CommImpl::awaitBuffers(uint64_t seq) {
-  engine::Waiter waiter = makeWaiter();
-  int next = 0;  // ranks below `next` have published exchange `seq`
-  for (;;) {
-    while (next < size_ && shm_->buffersSeq(next, seq) == seq) ++next;
-    if (next == size_) {
-      tsanAcquireShm();
-      return;
-    }
-    // A peer synchronising past this rank's last synchronisation, from another call, will never
-    // publish this exchange.
-    uint16_t tag = 0;
-    if (shm_->syncFlag(next, &tag) > syncCounter_ && tag != tag_) callMismatch(next);
-    waiter.idle(
-        [&] {
-          std::string missing;
-          for (int k = 0; k < size_; ++k) {
-            if (shm_->buffersSeq(k, seq) != seq) missing += strCat(missing.empty() ? "" : ", ", k);
-          }
-          return strCat("rank ", rank_, ": ", opWhat(), ": waiting for rank(s) ", missing,
-                        " to publish their buffers");
-        },
-        [&](int k) { return shm_->buffersSeq(k, seq) != seq; });
   }
 }
 

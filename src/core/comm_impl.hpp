@@ -29,6 +29,7 @@
 #include "chorus/chorus.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/work_state.hpp"
+#include "engine/shm_sync.hpp"
 #include "engine/transfer.hpp"
 #include "engine/waiter.hpp"
 #include "tuning/tuning.hpp"
@@ -105,15 +106,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
 
   // algo::Context
   /// nullptr with emulated hosts: the shared-memory algorithms see several hosts, as on real ones.
-  transport::ShmGroup* shm() override { return emulatedHosts_ ? nullptr : shm_; }
+  engine::ShmSync* sharedMemory() override { return emulatedHosts_ ? nullptr : shmSync_.get(); }
   std::byte* scratch(size_t bytes, int slot = 0) override;
   void run(std::span<engine::Transfer> transfers) override;
-  void syncAll() override;
-  void llGather(const void* mine, size_t bytes, std::byte* out) override;
-  bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                       std::vector<PeerBuffers>& peers) override;
-  bool zeroCopyEnabled() const override { return zeroCopy_ && shm_ != nullptr && !emulatedHosts_; }
-  int nextStageHalf() override { return stageHalf_ ^= 1; }
   uint16_t tag() const override { return tag_; }
 
   // engine::PipeSet
@@ -143,18 +138,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   /// Ends the current operation with an error: flight recorder, progress report on a timeout,
   /// broken state published to the peers. Returns what the caller reports.
   std::pair<chorusResult_t, std::string> failOperation(chorusResult_t code, std::string message);
-  /// Where every rank is, from the progress each publishes in shared memory.
-  std::string progressReport() const;
   void executeGroup(std::span<const Op> ops);
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
-  void checkCallsMatch();
-  // Waits until every rank has published buffer exchange `seq` (exchangeBuffers).
-  void awaitBuffers(uint64_t seq);
-  // Compares the peers' published calls with call_ and fails naming those that differ; with
-  // `allArrived` (after a synchronisation with every rank), a peer not yet in this call differs too.
-  void verifyPeerCalls(const char* how, bool allArrived);
-  [[noreturn]] void callMismatch(int peer);
   void markFailed(chorusResult_t code, const std::string& message);
   void workerLoop();
   engine::Waiter makeWaiter();
@@ -167,7 +153,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::shared_ptr<Store> store_;
   std::shared_ptr<void> keepAlive_;
   std::unique_ptr<transport::PeerSet> peers_;  // every connection (transports/factory.hpp)
-  transport::ShmGroup* shm_ = nullptr;         // peers_'s shared memory of every rank, if all share a host
+  // The shared-memory protocol over peers_'s group of every rank, where all share a host.
+  std::unique_ptr<engine::ShmSync> shmSync_;
   std::vector<HostIdentity> hosts_;
   std::shared_ptr<const topo::CommTopology> topology_;
   std::shared_ptr<const algo::CostModel> model_;  // from the topology's link classes
@@ -180,10 +167,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   uint64_t collSeq_ = 0;
   uint64_t splitSeq_ = 0;
   uint64_t shrinkSeq_ = 0;
-  uint64_t syncCounter_ = 0;
-  int stageHalf_ = 1;
-  uint64_t llSeq_ = 0;
-  uint64_t bufferSeq_ = 0;
   uint16_t tag_ = 0;
   transport::CallFingerprint call_;      // the collective being run
   uint64_t callHash_ = 0;                // its hash (tag_ is 16 bits of it)
@@ -195,9 +178,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   bool zeroCopy_ = true;  // rank 0's CHORUS_ZERO_COPY
   std::string commId_;    // random id made by rank 0 (names shm segments, flight recorder files)
   FlightRecorder flight_{envConfig().flightRecorderEntries};
-  // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
-  // buffer of every peer), so that no pointer of the running operation is ever unmapped.
-  transport::PeerMappings peerMappings_{std::max<size_t>(64, 4 * static_cast<size_t>(size_))};
   const char* curAlgo_ = nullptr;
   size_t curP2p_ = 0;
   std::string opWhat() const;

@@ -184,7 +184,10 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.net = config_.net;
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);
-    shm_ = peers_->shm();
+    if (transport::ShmGroup* group = peers_->shm()) {
+      shmSync_ = std::make_unique<engine::ShmSync>(
+          *group, [this] { return makeWaiter(); }, [this] { return opWhat(); }, zeroCopy_);
+    }
   }
   // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.
   cpu_set_t cpus;

@@ -68,7 +68,7 @@ class RecordingContext final : public algo::Context {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  transport::ShmGroup* shm() override { return nullptr; }
+  engine::ShmSync* sharedMemory() override { return nullptr; }  // the pipe algorithms only
   std::byte* scratch(size_t, int slot) override { return fakeBuffer(2 + slot); }
   void run(std::span<engine::Transfer> transfers) override {
     if (out_.xfers.size() + transfers.size() > maxTransfers_)
@@ -83,13 +83,6 @@ class RecordingContext final : public algo::Context {
       out_.xfers.push_back(Xfer{t.kind, t.peer, t.waitFor, t.bytes});
     out_.stages.push_back(st);
   }
-  void syncAll() override { throw NotSimulated{"synchronises through shared memory"}; }
-  int nextStageHalf() override { return 0; }
-  void llGather(const void*, size_t, std::byte*) override { throw NotSimulated{"uses shared-memory lines"}; }
-  bool exchangeBuffers(const void*, size_t, void*, size_t, std::vector<PeerBuffers>&) override {
-    throw NotSimulated{"maps peers' buffers"};
-  }
-  bool zeroCopyEnabled() const override { return false; }
   uint16_t tag() const override { return 1; }
   const topo::CommTopology& topology() const override { return topo_; }
   const algo::CostModel* costModel() const override { return &model_; }

@@ -1,0 +1,273 @@
+#include "engine/shm_sync.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "base/tsan_sync.hpp"
+
+namespace chorus::engine {
+
+transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
+  transport::CallFingerprint f;
+  f.seq = seq;
+  f.kind = static_cast<int32_t>(o.kind);
+  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
+  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
+  f.op = isReducing(o.kind) ? static_cast<int32_t>(o.op) : 0;
+  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
+  return f;
+}
+
+std::string describeCall(const transport::CallFingerprint& f) {
+  auto kind = static_cast<OpKind>(f.kind);
+  return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
+                dataTypeName(static_cast<DataType>(f.type)),
+                isReducing(kind) ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
+                f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
+}
+
+uint64_t callHash(const transport::CallFingerprint& f) {
+  uint64_t h = f.seq * 0x9E3779B97F4A7C15ull;
+  for (uint64_t v :
+       {f.count, uint64_t{static_cast<uint32_t>(f.kind)}, uint64_t{static_cast<uint32_t>(f.type)},
+        uint64_t{static_cast<uint32_t>(f.op)}, uint64_t{static_cast<uint32_t>(f.root)}}) {
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
+
+ShmSync::ShmSync(transport::ShmGroup& group, std::function<Waiter()> waiter,
+                 std::function<std::string()> what, bool zeroCopy)
+    : group_(group),
+      waiter_(std::move(waiter)),
+      what_(std::move(what)),
+      zeroCopy_(zeroCopy),
+      peerMappings_(std::max<size_t>(64, 4 * static_cast<size_t>(group.size()))) {}
+
+void ShmSync::beginCall(const transport::CallFingerprint& call, uint64_t hash, uint16_t tag, OpKind kind) {
+  inCall_ = true;
+  call_ = call;
+  hash_ = hash;
+  tag_ = tag;
+  group_.publishFingerprint(call_);
+  group_.publishProgress(call_.seq, static_cast<int>(kind), false);
+}
+
+void ShmSync::endCall(OpKind kind) { group_.publishProgress(call_.seq, static_cast<int>(kind), true); }
+
+// Check mode: every collective synchronises first, and so compares every rank's call.
+void ShmSync::checkCallsMatch() {
+  syncAll();
+  verifyPeerCalls(" (CHORUS_CHECK)", true);
+}
+
+// After a synchronisation with every rank in this call: each published its call before, and a
+// mismatch is an error naming both. A peer's slot that holds another call means either that it ran
+// two calls ahead (it can, where it waits for nobody: nothing to tell) or that it has not yet started
+// this call although it synchronised with this rank (its calls differ: an error too).
+void ShmSync::verifyPeerCalls(const char* how, bool allArrived) {
+  if (!inCall_) return;
+  std::string differ;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    transport::CallFingerprint theirs;
+    if (group_.fingerprint(r, call_.seq, &theirs)) {
+      if (!(theirs == call_))
+        differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " called ", describeCall(theirs));
+    } else if (allArrived && theirs.seq != 0 && theirs.seq < call_.seq) {
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", r, " was still in call #", theirs.seq + 1,
+                       " or before");
+    }
+  }
+  if (!differ.empty()) {
+    fail(chorusInvalidUsage, strCat("rank ", rank(), ": collective call mismatch", how, ": this rank called ",
+                                    describeCall(call_), " but ", differ));
+  }
+}
+
+void ShmSync::callMismatch(int peer) {
+  verifyPeerCalls("", true);
+  fail(chorusInvalidUsage,
+       strCat("rank ", rank(), ": collective call mismatch: this rank called ",
+              inCall_ ? describeCall(call_) : what_(), " but rank ", peer, " is in another call"));
+}
+
+void ShmSync::syncAll() {
+  const uint64_t target = ++syncCounter_;
+  const int n = size();
+  tsanReleaseShm();
+  group_.setSyncFlag(target, tag_);
+  Waiter waiter = waiter_();
+  int next = 0;    // ranks below `next` have arrived
+  int other = -1;  // a rank that arrived from another call (its flag carries another tag)
+  for (;;) {
+    while (next < n) {
+      uint16_t tag;
+      const uint64_t flag = group_.syncFlag(next, &tag);
+      if (flag < target) break;
+      if (flag == target && tag != tag_) other = next;
+      ++next;
+    }
+    if (next == n) {
+      tsanAcquireShm();
+      if (other >= 0) callMismatch(other);
+      return;
+    }
+    waiter.idle(
+        [&] {
+          std::string missing;
+          for (int r = 0; r < n; ++r) {
+            if (group_.syncFlag(r) < target) missing += strCat(missing.empty() ? "" : ", ", r);
+          }
+          return strCat("rank ", rank(), ": ", what_(), ": waiting for rank(s) ", missing, " to arrive");
+        },
+        [&](int r) { return group_.syncFlag(r) < target; });
+  }
+}
+
+void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
+  const uint64_t seq = ++llSeq_;
+  const int slot = static_cast<int>(seq & 1);
+  const int n = size(), me = rank();
+  tsanReleaseShm();
+  group_.llPublish(slot, seq, hash_, mine, bytes);
+  std::byte* own = out + static_cast<size_t>(me) * bytes;
+  if (own != mine && bytes) std::memcpy(own, mine, bytes);
+  Waiter waiter = waiter_();
+  int other = -1;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    while (!group_.llArrived(r, slot, seq, bytes)) {
+      waiter.idle(
+          [&] {
+            std::string missing;
+            for (int k = r; k < n; ++k) {
+              if (k != me && !group_.llArrived(k, slot, seq, bytes))
+                missing += strCat(missing.empty() ? "" : ", ", k);
+            }
+            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing, " to arrive");
+          },
+          [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, seq, bytes); });
+    }
+    tsanAcquireShm();
+    if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
+  }
+  if (other >= 0) callMismatch(other);
+}
+
+bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                              std::vector<PeerBuffers>& peers) {
+  if (!zeroCopy_) return false;
+  const int n = size(), me = rank();
+  const uint64_t seq = ++bufferSeq_;
+  transport::SharedBufferRef s, r;
+  if (sendBytes) s = transport::findShared(send, sendBytes);
+  if (recvBytes) r = transport::findShared(recv, recvBytes);
+  // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
+  // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
+  const transport::CallFingerprint call = inCall_ ? call_ : transport::CallFingerprint{};
+  const bool mine = (!sendBytes || s.valid()) && (!recvBytes || r.valid());
+  tsanReleaseShm();
+  group_.publishBuffers(seq, s, r, mine, call);
+  // Zero copy needs every rank's buffers: a rank whose own are ordinary memory knows the answer and
+  // goes on at once (its peers read it in its slot), so buffers in ordinary memory, the common case,
+  // cost no synchronisation. Only ranks whose buffers are all shared wait for every peer's slot.
+  if (!mine) return false;
+  awaitBuffers(seq);
+  std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(n)), recvs(sends.size());
+  bool allUsable = true;
+  std::string differ;
+  for (int k = 0; k < n; ++k) {
+    bool usable = false;
+    transport::CallFingerprint theirs;
+    if (!group_.buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable,
+                        &theirs)) {
+      fail(chorusInvalidUsage, strCat("rank ", me, ": ", what_(), ": rank ", k,
+                                      " is not in the same collective (it published another buffer exchange "
+                                      "than #",
+                                      seq, "): mismatched calls"));
+    }
+    if (!(theirs == call))
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", k, " called ", describeCall(theirs));
+    allUsable = allUsable && usable;
+  }
+  if (!differ.empty()) {
+    fail(chorusInvalidUsage,
+         strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(call), " but ",
+                differ, " (found by the zero-copy buffer exchange)"));
+  }
+  if (!allUsable) return false;
+  peers.assign(static_cast<size_t>(n), PeerBuffers{});
+  for (int k = 0; k < n; ++k) {
+    PeerBuffers& p = peers[static_cast<size_t>(k)];
+    if (k == me) {
+      p.send = static_cast<const std::byte*>(send);
+      p.recv = static_cast<std::byte*>(recv);
+      continue;
+    }
+    const auto& sk = sends[static_cast<size_t>(k)];
+    const auto& rk = recvs[static_cast<size_t>(k)];
+    try {
+      if (sk.valid()) p.send = peerMappings_.map(sk, k);
+      if (rk.valid()) p.recv = peerMappings_.map(rk, k);
+    } catch (const Error& e) {
+      // A peer that failed first (and exited, taking its buffers along) says why.
+      std::string text;
+      chorusResult_t code = chorusRemoteError;
+      if (const int peer = group_.findPeerFailure(&code, &text); peer >= 0) {
+        fail(chorusRemoteError,
+             strCat("rank ", me, ": ", what_(), " stopped: rank ", peer, " failed: ", text));
+      }
+      fail(e.code(), strCat("rank ", me, ": ", what_(), " stopped: ", e.what()));
+    }
+  }
+  return true;
+}
+
+void ShmSync::awaitBuffers(uint64_t seq) {
+  const int n = size();
+  Waiter waiter = waiter_();
+  int next = 0;  // ranks below `next` have published exchange `seq`
+  for (;;) {
+    while (next < n && group_.buffersSeq(next, seq) == seq) ++next;
+    if (next == n) {
+      tsanAcquireShm();
+      return;
+    }
+    // A peer synchronising past this rank's last synchronisation, from another call, will never
+    // publish this exchange.
+    uint16_t tag = 0;
+    if (group_.syncFlag(next, &tag) > syncCounter_ && tag != tag_) callMismatch(next);
+    waiter.idle(
+        [&] {
+          std::string missing;
+          for (int k = 0; k < n; ++k) {
+            if (group_.buffersSeq(k, seq) != seq) missing += strCat(missing.empty() ? "" : ", ", k);
+          }
+          return strCat("rank ", rank(), ": ", what_(), ": waiting for rank(s) ", missing,
+                        " to publish their buffers");
+        },
+        [&](int k) { return group_.buffersSeq(k, seq) != seq; });
+  }
+}
+
+std::string ShmSync::progressReport() const {
+  std::string out;
+  for (int r = 0; r < group_.size(); ++r) {
+    int kind = 0;
+    const uint64_t p = group_.progress(r, &kind);
+    const uint64_t seq = p >> 1;
+    const char* name = opKindName(static_cast<OpKind>(kind));
+    out += strCat(r ? ", " : "", "rank ", r, " ",
+                  seq == 0  ? std::string("has run no collective")
+                  : (p & 1) ? strCat("finished ", name, " #", seq)
+                            : strCat("in ", name, " #", seq));
+  }
+  return out;
+}
+
+}  // namespace chorus::engine

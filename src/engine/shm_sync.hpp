@@ -1,0 +1,108 @@
+// The synchronisation protocol of the ranks of one host over their shared memory, which only the
+// direct algorithms use (transports/shm holds the memory; this is how it is used): arrival counters
+// carrying the call's tag, the low-latency lines, the zero-copy buffer exchange, the call checks
+// and the progress each rank publishes. One per communicator whose ranks all share a host, driven
+// by the thread running the current operation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/op.hpp"
+#include "engine/waiter.hpp"
+#include "transports/shm/shm_group.hpp"
+#include "transports/shm/shm_memory.hpp"
+
+namespace chorus::engine {
+
+/// What must agree between the ranks of one collective call: kind, count, type, op, root.
+transport::CallFingerprint fingerprintOf(const Op& op, uint64_t seq);
+/// "allreduce #3 (count 1000, float32, sum)".
+std::string describeCall(const transport::CallFingerprint& f);
+/// A 64-bit hash of the call (low-latency messages carry it whole), and 16 bits of it that are never
+/// 0xFFFF (the point-to-point tag): every pipe message's tag and every sync flag's.
+uint64_t callHash(const transport::CallFingerprint& f);
+uint16_t callTag(uint64_t hash);
+
+/// A rank's buffers for zero-copy algorithms, mapped into this process.
+struct PeerBuffers {
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+};
+
+class ShmSync {
+ public:
+  /// `waiter()` makes a waiter bounded by the running operation's deadline; `what()` names the
+  /// operation for errors. `zeroCopy`: whether buffer exchanges may succeed (rank 0's setting).
+  ShmSync(transport::ShmGroup& group, std::function<Waiter()> waiter, std::function<std::string()> what,
+          bool zeroCopy);
+
+  transport::ShmGroup& group() { return group_; }
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+
+  /// Enters collective `call` (its hash and tag travel with its synchronisations and lines): its
+  /// fingerprint and progress are published. `endCall` publishes that this rank finished it.
+  void beginCall(const transport::CallFingerprint& call, uint64_t hash, uint16_t tag, OpKind kind);
+  void endCall(OpKind kind);
+  /// Point-to-point operations: no call to compare.
+  void clearCall() { inCall_ = false; }
+
+  /// Publishes arrival at the next sync point and waits until every rank arrives (release then
+  /// acquire: what a rank staged before is visible after). A rank arriving from another call is
+  /// a mismatch.
+  void syncAll();
+  /// Which staging half (0/1) the next chunk uses; alternates across operations.
+  int nextStageHalf() { return stageHalf_ ^= 1; }
+  /// Publishes `bytes` (<= llCapacity()) of `mine` and copies every rank's message, own included,
+  /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; it is
+  /// also a synchronisation of all ranks.
+  void llGather(const void* mine, size_t bytes, std::byte* out);
+  static constexpr size_t llCapacity() { return transport::ShmGroup::kLlBytes; }
+  /// Zero copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed). If
+  /// zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc memory, fills
+  /// `peers` (one entry per rank, own included) and returns true; otherwise false, the same on
+  /// every rank. A rank whose own buffers are ordinary memory answers at once; the others wait for
+  /// every rank's buffers (one synchronisation), so only for large messages.
+  bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                       std::vector<PeerBuffers>& peers);
+  bool zeroCopyEnabled() const { return zeroCopy_; }
+
+  /// Check mode (CHORUS_CHECK): one synchronisation, then every peer's whole call compared.
+  void checkCallsMatch();
+  /// Compares the peers' published calls with this rank's and fails naming those that differ; with
+  /// `allArrived` (after a synchronisation with every rank), a peer not yet in this call differs too.
+  /// Nothing to compare outside a collective.
+  void verifyPeerCalls(const char* how, bool allArrived);
+  /// Rank `peer` synchronised, or sent a message, from another call: an error naming both calls
+  /// where the peers' published calls tell them.
+  [[noreturn]] void callMismatch(int peer);
+
+  /// Where every rank is, from the progress each publishes: "rank 0 in allreduce #5, ...".
+  std::string progressReport() const;
+
+ private:
+  // Waits until every rank has published buffer exchange `seq`.
+  void awaitBuffers(uint64_t seq);
+
+  transport::ShmGroup& group_;
+  std::function<Waiter()> waiter_;
+  std::function<std::string()> what_;
+  bool zeroCopy_;
+  bool inCall_ = false;
+  transport::CallFingerprint call_;
+  uint64_t hash_ = 0;
+  uint16_t tag_ = 0;
+  uint64_t syncCounter_ = 0;
+  int stageHalf_ = 1;
+  uint64_t llSeq_ = 0;
+  uint64_t bufferSeq_ = 0;
+  // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
+  // buffer of every peer), so that no pointer of the running operation is ever unmapped.
+  transport::PeerMappings peerMappings_;
+};
+
+}  // namespace chorus::engine
