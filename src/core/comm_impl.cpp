@@ -3,15 +3,12 @@
 #include <poll.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "algorithms/cost_model.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
-#include "base/tsan_sync.hpp"
 #include "core/validate.hpp"
 #include "transports/peer_set.hpp"
 #include "tuning/tuning.hpp"
@@ -26,61 +23,30 @@ constexpr uint16_t kPointToPointTag = 0xFFFF;
 
 void CommImpl::validate(const Op& op) const { validateOp(op, rank_, size_); }
 
-// ---- Submission and ordering --------------------------------------------------------------------
+// ---- Submission (ordering: core/op_queue.hpp)
+// --------------------------------------------------------------------
 
 std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async) {
   return submit(std::move(ops), async, Hooks{});
 }
 
 std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async, Hooks hooks) {
-  Task task;
-  task.ops = std::move(ops);
-  task.hooks = std::move(hooks);
-  task.work = std::make_shared<WorkState>();
-  std::unique_lock lk(qmu_);
-  task.ticket = nextTicket_++;
+  auto task = std::make_shared<Task>();
+  task->ops = std::move(ops);
+  task->hooks = std::move(hooks);
+  task->work = std::make_shared<WorkState>();
   if (async) {
-    if (!worker_.joinable()) worker_ = std::thread([this] { workerLoop(); });
-    auto work = task.work;
-    queue_.push_back(std::move(task));
-    qcv_.notify_all();
-    return work;
+    opQueue_.post([this, task] { runTask(*task); });
+  } else {
+    opQueue_.runInTurn([&] { runTask(*task); });
   }
-  qcv_.wait(lk, [&] { return serving_ == task.ticket; });
-  lk.unlock();
-  runTask(task);
-  lk.lock();
-  ++serving_;
-  qcv_.notify_all();
-  return task.work;
-}
-
-void CommImpl::workerLoop() {
-  std::unique_lock lk(qmu_);
-  for (;;) {
-    qcv_.wait(lk, [&] { return stopWorker_ || (!queue_.empty() && serving_ == queue_.front().ticket); });
-    if (queue_.empty()) return;  // stopping, nothing left
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    lk.unlock();
-    runTask(task);
-    lk.lock();
-    ++serving_;
-    qcv_.notify_all();
-  }
+  return task->work;
 }
 
 void CommImpl::runBlocking(const Op& op) {
-  std::unique_lock lk(qmu_);
-  const uint64_t ticket = nextTicket_++;
-  if (serving_ != ticket) qcv_.wait(lk, [&] { return serving_ == ticket; });
-  lk.unlock();
-  auto [code, message] = runOps(std::span<const Op>(&op, 1));
-  lk.lock();
-  ++serving_;
-  qcv_.notify_all();
-  lk.unlock();
-  if (code != chorusSuccess) throw Error(code, message);
+  std::pair<chorusResult_t, std::string> outcome;
+  opQueue_.runInTurn([&] { outcome = runOps(std::span<const Op>(&op, 1)); });
+  if (outcome.first != chorusSuccess) throw Error(outcome.first, outcome.second);
 }
 
 void CommImpl::runTask(Task& task) {
@@ -134,18 +100,10 @@ std::pair<chorusResult_t, std::string> CommImpl::failOperation(chorusResult_t co
   markFailed(code, message);
   if (const std::string& path = envConfig().flightRecorderPath; !path.empty()) {
     // One file per rank and communicator: <path>.<comm id>.<rank>.
-    std::string file = strCat(path, ".", commId_, ".", rank_);
-    if (FILE* f = std::fopen(file.c_str(), "w")) {
-      std::fprintf(f, "# chorus flight recorder: rank %d of %d, pid %d, communicator %s\n# failed: %s\n",
-                   rank_, size_, static_cast<int>(getpid()), commId_.c_str(), message.c_str());
-      if (shmSync_) std::fprintf(f, "# where each rank is: %s\n", shmSync_->progressReport().c_str());
-      std::fprintf(f, "# the last %zu operations of this rank, oldest first:\n%s", flight_.size(),
-                   flight_.format().c_str());
-      std::fclose(f);
-      message += strCat(" (flight recorder written to ", file, ")");
-    } else {
-      message += strCat(" (cannot write the flight recorder to ", file, ": ", std::strerror(errno), ")");
-    }
+    std::string header = strCat("# chorus flight recorder: rank ", rank_, " of ", size_, ", pid ", getpid(),
+                                ", communicator ", commId_, "\n# failed: ", message, "\n");
+    if (shmSync_) header += strCat("# where each rank is: ", shmSync_->progressReport(), "\n");
+    message += flight_.writeFile(strCat(path, ".", commId_, ".", rank_), header);
     std::lock_guard lk(errMu_);
     lastError_ = message;
   }

@@ -2,9 +2,9 @@
 //
 // Execution model: every operation gets a ticket when submitted and operations run strictly in
 // ticket order. Blocking calls run on the caller's thread when their turn comes (no hand-off
-// latency); asynchronous calls run on one worker thread per communicator, started on first use.
-// Any failure inside an operation breaks the communicator (the peers' protocol state is unknown):
-// later calls fail fast with the original cause, and the peers are told through shared memory.
+// latency); asynchronous calls run on one worker thread per communicator, started on first use
+// (core/op_queue.hpp). Any failure inside an operation breaks the communicator (the peers' protocol state is
+// unknown): later calls fail fast with the original cause, and the peers are told through shared memory.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +28,7 @@
 #include "bootstrap/host_identity.hpp"
 #include "chorus/chorus.hpp"
 #include "core/flight_recorder.hpp"
+#include "core/op_queue.hpp"
 #include "core/work_state.hpp"
 #include "engine/shm_sync.hpp"
 #include "engine/transfer.hpp"
@@ -38,6 +39,9 @@ namespace chorus {
 
 namespace topo {
 struct CommTopology;
+}
+namespace device {
+class State;
 }
 namespace transport {
 class PeerSet;
@@ -90,7 +94,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   size_t memoryBytes() const;
   /// State of the device-buffer calls (core/device.hpp), made on their first use; guard with
   /// deviceMutex(). Destroyed with the communicator.
-  std::shared_ptr<void>& deviceState() { return deviceState_; }
+  std::shared_ptr<device::State>& deviceState() { return deviceState_; }
   std::mutex& deviceMutex() { return deviceMu_; }
   /// Run when the communicator breaks or is aborted, e.g. to stop device kernels that wait for
   /// peers. Thread-safe.
@@ -127,7 +131,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   int findPeerFailure(chorusResult_t* code, std::string* text);
 
   struct Task {
-    uint64_t ticket = 0;
     std::vector<Op> ops;
     std::shared_ptr<WorkState> work;
     Hooks hooks;
@@ -142,7 +145,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   void executeCollective(const Op& op);
   void executeLocally(const Op& op);
   void markFailed(chorusResult_t code, const std::string& message);
-  void workerLoop();
   engine::Waiter makeWaiter();
 
   const int rank_;
@@ -188,15 +190,6 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
     size_t bytes = 0;
   } scratch_[2];
 
-  // Ordering and the async worker.
-  std::mutex qmu_;
-  std::condition_variable qcv_;
-  uint64_t nextTicket_ = 0;
-  uint64_t serving_ = 0;
-  std::deque<Task> queue_;
-  std::thread worker_;
-  bool stopWorker_ = false;
-
   // Failure state.
   std::atomic<bool> abortRequested_{false};
   std::atomic<int> failCode_{chorusSuccess};
@@ -206,9 +199,12 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::atomic<size_t> scratchBytes_{0};
 
   std::mutex deviceMu_;
-  std::shared_ptr<void> deviceState_;
+  std::shared_ptr<device::State> deviceState_;
   std::mutex hookMu_;
   std::function<void()> abortHook_;
+
+  // Ordering and the async worker; declared last, so that its worker stops before the rest goes.
+  OpQueue opQueue_;
 };
 
 }  // namespace chorus

@@ -228,12 +228,7 @@ std::vector<std::shared_ptr<CommImpl>> CommImpl::createLocal(int size, const Con
 }
 
 CommImpl::~CommImpl() {
-  {
-    std::lock_guard lk(qmu_);
-    stopWorker_ = true;
-  }
-  qcv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  opQueue_.stop();  // the worker finishes what is queued before anything it uses goes
   for (int fd : peerPidfds_) {
     if (fd >= 0) close(fd);
   }

@@ -16,6 +16,13 @@ class CommImpl;
 
 namespace device {
 
+/// What the device path keeps per communicator (CommImpl::deviceState): src/device's communicator
+/// where CUDA is built, never made otherwise.
+class State {
+ public:
+  virtual ~State() = default;
+};
+
 /// True when this build can run device-buffer calls (a GPU may still be missing at run time).
 bool built();
 

@@ -1,5 +1,8 @@
 #include "core/flight_recorder.hpp"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 #include "base/util.hpp"
@@ -64,6 +67,15 @@ std::string formatFlightEntry(const FlightEntry& e, std::chrono::system_clock::d
           : strCat(e.status == chorusSuccess ? "ok" : "FAILED (code " + std::to_string(e.status) + ")",
                    " in ", std::chrono::duration_cast<std::chrono::microseconds>(e.took).count(), " us");
   return strCat(when, frac, " UTC  ", what, "  ", status);
+}
+
+std::string FlightRecorder::writeFile(const std::string& file, const std::string& header) const {
+  FILE* f = std::fopen(file.c_str(), "w");
+  if (!f) return strCat(" (cannot write the flight recorder to ", file, ": ", std::strerror(errno), ")");
+  std::fprintf(f, "%s# the last %zu operations of this rank, oldest first:\n%s", header.c_str(), size(),
+               format().c_str());
+  std::fclose(f);
+  return strCat(" (flight recorder written to ", file, ")");
 }
 
 }  // namespace chorus

@@ -42,6 +42,9 @@ class FlightRecorder {
   /// Every entry, oldest first, one line each.
   std::string format() const;
   size_t size() const { return filled_; }
+  /// Writes `header` (lines starting with '#') and the entries, oldest first, to `file`; returns
+  /// what to add to the failure's message: where it was written, or why it could not be.
+  std::string writeFile(const std::string& file, const std::string& header) const;
 
  private:
   std::vector<FlightEntry> ring_;

@@ -167,7 +167,7 @@ int deviceOf(CommImpl& comm) {
 }
 
 chorusResult_t asyncError(CommImpl& comm, std::string* message) {
-  std::shared_ptr<void> state;
+  std::shared_ptr<State> state;
   {
     std::lock_guard lk(comm.deviceMutex());
     state = comm.deviceState();

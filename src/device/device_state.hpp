@@ -30,6 +30,7 @@
 
 #include "base/error.hpp"
 #include "base/op.hpp"
+#include "core/device.hpp"
 #include "kernels/cuda/ipc_collectives.hpp"
 
 namespace chorus {
@@ -199,12 +200,12 @@ std::pair<size_t, size_t> stagedBytes(const Op& op, int rank, int n);
 // Sends and receives with their streams, run as one kernel.
 using P2pList = std::vector<std::pair<Op, cudaStream_t>>;
 
-class DeviceComm {
+class DeviceComm : public State {
  public:
   /// Collective. `device` < 0: the calling thread's current device.
   DeviceComm(CommImpl& comm, int device);
   /// Waits for this rank's kernels (after which no peer touches its workspace), then frees.
-  ~DeviceComm();
+  ~DeviceComm() override;
   DeviceComm(const DeviceComm&) = delete;
   DeviceComm& operator=(const DeviceComm&) = delete;
 
