@@ -79,15 +79,15 @@ std::pair<chorusResult_t, std::string> CommImpl::runOps(std::span<const Op> ops)
   try {
     executeGroup(ops);
     curOp_ = nullptr;
-    curP2p_ = 0;
+    groupTransfers_ = 0;
     return {chorusSuccess, {}};
   } catch (const Error& e) {
     return failOperation(e.code(), e.what());
   } catch (const std::bad_alloc&) {
-    return failOperation(chorusSystemError, strCat("rank ", rank_, ": out of memory during ", opWhat()));
+    return failOperation(chorusSystemError, strCat("rank ", rank_, ": out of memory during ", runningWhat()));
   } catch (const std::exception& e) {
     return failOperation(chorusInternalError,
-                         strCat("rank ", rank_, ": internal error during ", opWhat(), ": ", e.what()));
+                         strCat("rank ", rank_, ": internal error during ", runningWhat(), ": ", e.what()));
   }
 }
 
@@ -166,9 +166,9 @@ std::string CommImpl::callWhat(const Op& op, uint64_t seq, const char* algorithm
                 algorithm ? strCat(", ", algorithm) : std::string(), ")");
 }
 
-std::string CommImpl::opWhat() const {
+std::string CommImpl::runningWhat() const {
   if (curOp_) return callWhat(*curOp_, collSeq_, curAlgo_);
-  if (curP2p_) return strCat("group of ", curP2p_, " sends/receives");
+  if (groupTransfers_) return strCat("group of ", groupTransfers_, " sends/receives");
   return "operation";
 }
 
@@ -193,7 +193,7 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
       // Numbered as the peers number it: this call has not counted itself yet.
       const Op* first = ops.empty() ? nullptr : &ops.front();
       const std::string what =
-          first && !first->isPointToPoint() ? callWhat(*first, collSeq_ + 1, nullptr) : opWhat();
+          first && !first->isPointToPoint() ? callWhat(*first, collSeq_ + 1, nullptr) : runningWhat();
       curOp_ = first;
       fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
            strCat("rank ", rank_, ": ", what, " stopped: rank ", peer, " failed: ", text));
@@ -214,7 +214,7 @@ void CommImpl::executeGroup(std::span<const Op> ops) {
   if (!p2p.empty()) {
     curOp_ = nullptr;
     if (shmSync_) shmSync_->clearCall();
-    curP2p_ = p2p.size();
+    groupTransfers_ = p2p.size();
     tag_ = kPointToPointTag;
     if (FlightEntry* e = flight_.begin(opStart_)) {
       e->kind = OpKind::Send;
@@ -283,10 +283,10 @@ engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();
   try {
-    engine::runTransfers(transfers, *this, rank_, waiter, [this] { return opWhat(); });
+    engine::runTransfers(transfers, *this, rank_, waiter, [this] { return runningWhat(); });
   } catch (const transport::PeerError& e) {
     // The transport names the peer; the operation is named here.
-    fail(e.code(), strCat("rank ", rank_, ": ", opWhat(), " stopped: ", e.what()));
+    fail(e.code(), strCat("rank ", rank_, ": ", runningWhat(), " stopped: ", e.what()));
   } catch (const Error& e) {
     // A message of another call (its tag or length differ): on shared memory, the sender's
     // published call names what it called.
@@ -319,15 +319,16 @@ int CommImpl::findPeerFailure(chorusResult_t* code, std::string* text) {
   return peers_ ? peers_->findPeerFailure(code, text) : -1;
 }
 
-void CommImpl::sleepIdle(std::chrono::microseconds duration) {
-  if (!peers_ || !peers_->waitReadable(duration)) engine::Health::sleepIdle(duration);
+void CommImpl::waitIdle(std::chrono::microseconds duration) {
+  if (!peers_ || !peers_->waitReadable(duration)) engine::Health::waitIdle(duration);
 }
 
 // ---- Health --------------------------------------------------------------------------------------
 
 void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
   if (abortRequested_.load()) {
-    fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: the communicator was aborted"));
+    fail(chorusRemoteError,
+         strCat("rank ", rank_, ": ", runningWhat(), " stopped: the communicator was aborted"));
   }
   {
     std::string text;
@@ -336,7 +337,7 @@ void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
     if (peer >= 0) {
       // A peer's timeout is this rank's timeout too (same missing ranks); anything else is remote.
       fail(code == chorusTimeout ? chorusTimeout : chorusRemoteError,
-           strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", peer, " failed: ", text));
+           strCat("rank ", rank_, ": ", runningWhat(), " stopped: rank ", peer, " failed: ", text));
     }
   }
   for (size_t r = 0; r < peerPidfds_.size(); ++r) {
@@ -346,7 +347,7 @@ void CommImpl::checkHealth(engine::FunctionRef<bool(int)> waitingOn) {
       fd, POLLIN, 0
     };
     if (poll(&p, 1, 0) > 0) {
-      fail(chorusRemoteError, strCat("rank ", rank_, ": ", opWhat(), " stopped: rank ", r, " (",
+      fail(chorusRemoteError, strCat("rank ", rank_, ": ", runningWhat(), " stopped: rank ", r, " (",
                                      hosts_[r].describe(), ") died"));
     }
   }

@@ -122,7 +122,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   // engine::Health
   bool abortRequested() const override { return abortRequested_.load(std::memory_order_relaxed); }
   void checkHealth(engine::FunctionRef<bool(int)> waitingOn) override;
-  void sleepIdle(std::chrono::microseconds duration) override;
+  void waitIdle(std::chrono::microseconds duration) override;
 
  private:
   CommImpl(int rank, int size, const Config& config);
@@ -181,8 +181,8 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   std::string commId_;    // random id made by rank 0 (names shm segments, flight recorder files)
   FlightRecorder flight_{envConfig().flightRecorderEntries};
   const char* curAlgo_ = nullptr;
-  size_t curP2p_ = 0;
-  std::string opWhat() const;
+  size_t groupTransfers_ = 0;
+  std::string runningWhat() const;
   /// "allreduce #3 (1000 x float32, ring)": call `op`, number `seq` (algorithm may be NULL).
   static std::string callWhat(const Op& op, uint64_t seq, const char* algorithm);
   struct Scratch {

@@ -186,7 +186,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     peers_ = transport::connectPeers(store_, rank_, size_, options);
     if (transport::ShmGroup* group = peers_->shm()) {
       shmSync_ = std::make_unique<engine::ShmSync>(
-          *group, [this] { return makeWaiter(); }, [this] { return opWhat(); }, zeroCopy_);
+          *group, [this] { return makeWaiter(); }, [this] { return runningWhat(); }, zeroCopy_);
     }
   }
   // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.

@@ -40,10 +40,10 @@ void Waiter::slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)
   }
   auto sleepFor = kMinSleep * (1 + (idleFor - kYieldFor) / std::chrono::milliseconds(5));
   if (sleepFor > kMaxSleep) sleepFor = kMaxSleep;
-  health_.sleepIdle(std::chrono::duration_cast<std::chrono::microseconds>(sleepFor));
+  health_.waitIdle(std::chrono::duration_cast<std::chrono::microseconds>(sleepFor));
 }
 
-void Health::sleepIdle(std::chrono::microseconds duration) {
+void Health::waitIdle(std::chrono::microseconds duration) {
   struct timespec ts {};
   ts.tv_nsec = std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
   nanosleep(&ts, nullptr);

@@ -46,7 +46,7 @@ class Health {
   /// `waitingOn(rank)` says we still need has died (a peer that finished and exited is fine).
   virtual void checkHealth(FunctionRef<bool(int)> waitingOn) = 0;
   /// How an idle waiter sleeps (a transport with sockets waits for them instead).
-  virtual void sleepIdle(std::chrono::microseconds duration);
+  virtual void waitIdle(std::chrono::microseconds duration);
 };
 
 inline void cpuRelax() {
