@@ -130,8 +130,10 @@ std::vector<NetKind> netOffers(int rank, const std::string& net, std::chrono::mi
   return kinds;
 }
 
+// `loopback` (TCP only): listen on this host's loopback interface, for peers that all share it.
 std::unique_ptr<Transport> makeNetTransport(NetKind kind, Store& store, int rank, int size,
-                                            const std::vector<bool>& peers, const ConnectOptions& options) {
+                                            const std::vector<bool>& peers, const ConnectOptions& options,
+                                            bool loopback = false) {
   const EnvConfig& env = envConfig();
 #if CHORUS_HAVE_VERBS
   if (kind == NetKind::Ib)
@@ -158,6 +160,7 @@ std::unique_ptr<Transport> makeNetTransport(NetKind kind, Store& store, int rank
   tcp.ifname = env.socketIfname;
   tcp.family = parseFamily(env.socketFamily);
   tcp.timeout = options.timeout;
+  tcp.loopbackOnly = loopback;
   auto t = std::make_unique<TcpTransport>(store, rank, size, peers, tcp);
   if (rank == 0) {
     logInfo(Subsys::Net, "TCP: ", tcp.streams, " stream(s) per pair, ", formatBytes(tcp.ringBytes), " rings",
@@ -182,6 +185,36 @@ std::unique_ptr<ShmGroup> makeShmGroup(Store& store, const std::string& tag, con
     if (ranks[i] == rank) index = static_cast<int>(i);
   }
   return std::make_unique<ShmGroup>(store, index, static_cast<int>(ranks.size()), shm);
+}
+
+// Config::transport "tcp": no shared memory; one TCP transport to every other rank, over loopback
+// when every rank is on this host (thread ranks of one process included), else over the interface
+// chosen as between hosts (the peers on this host reach it as well).
+std::unique_ptr<PeerSet> connectOverTcp(Store& store, int rank, int size, const ConnectOptions& options) {
+  const auto n = static_cast<size_t>(size);
+  std::vector<PeerSet::Member> members;
+  if (size > 1) {
+    const bool oneHost =
+        std::find(options.remote.begin(), options.remote.end(), true) == options.remote.end();
+    std::vector<bool> peers(n, true);
+    peers[static_cast<size_t>(rank)] = false;
+    PeerSet::Member m;
+    m.number.assign(n, -1);
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) m.number[static_cast<size_t>(r)] = r;
+    }
+    m.betweenHosts = true;  // sockets: the idle wait can block on them
+    try {
+      m.transport = makeNetTransport(NetKind::Tcp, store, rank, size, peers, options, oneHost);
+    } catch (const Error& e) {
+      fail(e.code(), strCat("rank ", rank, ": setting up the tcp transport (Config::transport=tcp",
+                            oneHost ? ", over loopback" : "", "): ", e.what()));
+    }
+    logInfo(Subsys::Net, "rank ", rank, ": Config::transport=tcp: its ", size - 1, " peer(s) over tcp (",
+            m.transport->describeLocal(), "), no shared memory");
+    members.push_back(std::move(m));
+  }
+  return std::make_unique<PeerSet>(rank, size, std::move(members), nullptr);
 }
 
 }  // namespace
@@ -217,6 +250,7 @@ bool netKindUsable(NetKind kind, std::string* why) {
 
 std::unique_ptr<PeerSet> connectPeers(std::shared_ptr<Store> store, int rank, int size,
                                       const ConnectOptions& options) {
+  if (options.tcpOnly) return connectOverTcp(*store, rank, size, options);
   const auto n = static_cast<size_t>(size);
   std::vector<int> local;  // this host's ranks
   for (int r = 0; r < size; ++r) {

@@ -41,13 +41,17 @@ struct ConnectOptions {
   std::chrono::milliseconds timeout{0};
   /// The kinds this rank offers between hosts ("tcp", "ucx,tcp"); empty: chosen from what is there.
   std::string net;
+  /// Testing and measurements (Config::transport "tcp"): no shared memory; every other rank through
+  /// the TCP transport (over loopback when every rank is on this host), whatever `net` says.
+  bool tcpOnly = false;
   /// Throws the failure a peer published, if one did (called when a peer is found gone in set-up).
   std::function<void()> throwIfPeerFailed;
 };
 
 /// Collective over the communicator's `size` ranks: connects this rank to every other one (the
 /// ranks of its host through one shared-memory group, the others through the transport of each
-/// pair). Environment: CHORUS_SOCKET_* and CHORUS_IB_* (docs/networking.md).
+/// pair; with `tcpOnly` every one through TCP). Environment: CHORUS_SOCKET_* and CHORUS_IB_*
+/// (docs/networking.md).
 std::unique_ptr<PeerSet> connectPeers(std::shared_ptr<Store> store, int rank, int size,
                                       const ConnectOptions& options);
 

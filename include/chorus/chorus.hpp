@@ -137,6 +137,13 @@ struct CHORUS_API Config {
   /// The kinds of transport between hosts this rank offers, e.g. "tcp" or "ucx,tcp" (CHORUS_NET);
   /// empty takes the environment's setting, else what is there (docs/networking.md).
   std::string net;
+  /// Testing and measurements: how the ranks reach each other. "" (the default): the ranks of one
+  /// host share memory, other hosts are reached as `net` says. "tcp": no shared memory at all;
+  /// every pair of ranks uses Chorus's TCP transport, over loopback when all ranks share one host
+  /// (thread ranks of one process included), else over the interface chosen as between hosts
+  /// (docs/networking.md). The algorithms that need shared memory are then not chosen, even when
+  /// `algo` names them. No environment variable; rank 0's setting wins.
+  std::string transport;
 
   /// Fills unset fields from the environment and built-in defaults.
   static Config fromEnvironment();

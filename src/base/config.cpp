@@ -354,6 +354,8 @@ Config resolveConfig(const Config& user) {
   } else {
     failInvalid("Config::net='", c.net, "' is not a comma list of tcp, ucx, ib");
   }
+  if (!c.transport.empty() && c.transport != "tcp")
+    failInvalid("Config::transport='", c.transport, "' is not \"\" (shared memory on one host) or \"tcp\"");
   if (c.shmStageBytes < (size_t{64} << 10)) failInvalid("Config::shmStageBytes must be at least 64 KiB");
   if (c.shmFifoBytes < 4096) failInvalid("Config::shmFifoBytes must be at least 4 KiB");
   // Sizes must keep 64-byte alignment of every region in the shared segment.

@@ -104,19 +104,21 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
   std::string id;
   if (rank_ == 0) {
     id = randomHex(12);
-    store_->setString("params",
-                      strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_, " ",
-                             config_.checkCalls ? 1 : 0, " ", config_.zeroCopy, " ", config_.virtualHosts));
+    store_->setString(
+        "params", strCat(id, " ", config_.shmStageBytes, " ", config_.shmFifoBytes, " ", size_, " ",
+                         config_.checkCalls ? 1 : 0, " ", config_.zeroCopy, " ", config_.virtualHosts, " ",
+                         config_.transport.empty() ? "-" : config_.transport));
   }
   waitForRanks(*store_, "host/", size_, rank_, timeout, "communicator init");
   std::string params = store_->getString("params", timeout);
   {
-    // Every rank adopts rank 0's shared-memory sizes: the segment layout must agree.
-    char idBuf[64] = {0};
+    // Every rank adopts rank 0's shared-memory sizes (the segment layout must agree) and its
+    // transport setting (every pair must make the same choice; "-" stands for "").
+    char idBuf[64] = {0}, transportBuf[16] = {0};
     unsigned long long stage = 0, fifo = 0;
     int n = 0, check = 0, zeroCopy = 0, virtualHosts = 0;
-    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d %d %d", idBuf, &stage, &fifo, &n, &check, &zeroCopy,
-                    &virtualHosts) != 7) {
+    if (std::sscanf(params.c_str(), "%63s %llu %llu %d %d %d %d %15s", idBuf, &stage, &fifo, &n, &check,
+                    &zeroCopy, &virtualHosts, transportBuf) != 8) {
       fail(chorusRemoteError, strCat("rank ", rank_, ": malformed communicator parameters from rank 0"));
     }
     if (n != size_) {
@@ -129,6 +131,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     config_.checkCalls = check != 0;
     config_.zeroCopy = zeroCopy;
     config_.virtualHosts = virtualHosts;
+    config_.transport = std::string(transportBuf) == "-" ? "" : transportBuf;
     zeroCopy_ = zeroCopy != 0;
     virtualHosts_ = virtualHosts;
   }
@@ -182,6 +185,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.stageBytes = config_.shmStageBytes;
     options.timeout = timeout;
     options.net = config_.net;
+    options.tcpOnly = config_.transport == "tcp";
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);
     if (transport::ShmGroup* group = peers_->shm()) {

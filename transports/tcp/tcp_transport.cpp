@@ -47,8 +47,11 @@ TcpTransport::TcpTransport(Store& store, int rank, int nranks, const std::vector
   options_.frameBytes = std::max<size_t>(64, options_.frameBytes & ~size_t{63});
   options_.ringBytes = std::max(options_.ringBytes & ~size_t{63}, 2 * options_.frameBytes);
   const auto deadline = Clock::now() + options_.timeout;
+  std::vector<NetInterface> candidates = listInterfaces();
+  if (options_.loopbackOnly) std::erase_if(candidates, [](const NetInterface& n) { return !n.loopback; });
   const NetInterface iface =
-      selectInterface(listInterfaces(), options_.ifname, options_.family, options_.allowLoopback);
+      selectInterface(candidates, options_.loopbackOnly ? std::string() : options_.ifname, options_.family,
+                      options_.allowLoopback || options_.loopbackOnly);
   const net::Fd listener = listen(store, rank, iface);
   connectAll(store, rank, nranks, remote, iface, deadline);
   acceptAll(listener, rank, remote, deadline);

@@ -51,6 +51,9 @@ struct TcpOptions {
   std::chrono::milliseconds timeout{300'000};
   /// Tests only: accept the loopback interface (never advertised to another host otherwise).
   bool allowLoopback = false;
+  /// Tests and measurements with every peer on this host (Config::transport "tcp"): listen on a
+  /// loopback address only; `ifname` does not apply.
+  bool loopbackOnly = false;
 };
 
 class TcpConnection;

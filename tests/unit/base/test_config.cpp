@@ -146,6 +146,19 @@ TEST(Config, PerCommunicatorFieldsOverTheEnvironment) {
     EXPECT_EQ(e.code(), chorusInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("Config::net='carrier-pigeon'"), std::string::npos) << e.what();
   }
+  Config tcp;
+  tcp.transport = "tcp";
+  EXPECT_EQ(resolveConfig(tcp).transport, "tcp");
+  EXPECT_EQ(unset.transport, "");
+  Config badTransport;
+  badTransport.transport = "shm";
+  try {
+    resolveConfig(badTransport);
+    FAIL() << "a bad Config::transport was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("Config::transport='shm'"), std::string::npos) << e.what();
+  }
 }
 
 // docs/configuration.md's table lists exactly the variables the reader parses.

@@ -12,7 +12,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
-#include "api_test_util.hpp"
+#include "api/api_test_util.hpp"
 #include "base/op.hpp"
 #include "chorus/chorus.h"
 #include "chorus/chorus.hpp"

@@ -2,6 +2,11 @@
 // exact results for 2..5 thread ranks, counts 0, 1, 1000 and 300001, float32 and bfloat16, and (for
 // reductions) sum and avg.
 //
+// The transport is a parameter, as in Gloo's tests: the instances Shm/... run over the ranks' shared
+// memory (every algorithm), the instances Tcp/... with Config::transport "tcp", every pair of thread
+// ranks over the TCP transport on loopback (the pipe algorithms only: the shared-memory ones, whose
+// registry entry says needsSharedMemory, have no instance there, as nothing would run them).
+//
 // Inputs are integers in [-2, 2], so sums over up to 5 ranks are exact in both types; avg is checked
 // against the exact quotient within one unit in the last place of the output type.
 #include <gtest/gtest.h>
@@ -10,13 +15,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
-#include "api_test_util.hpp"
+#include "api/api_test_util.hpp"
 #include "base/op.hpp"
 #include "chorus/chorus.hpp"
+#include "chorus/store.hpp"
+#include "core/comm_impl.hpp"
 #include "tuning/tuning.hpp"
 
 using namespace chorus;
@@ -83,6 +92,7 @@ size_t countWrong(const Buffer& got, size_t n, DataType type, bool avg, Want&& w
 struct Param {
   size_t algorithm;  // index into tuning::registry()
   int ranks;
+  std::string transport;  // Config::transport: "" (shared memory) or "tcp"
 };
 
 std::string nameOf(const Param& p) {
@@ -226,7 +236,10 @@ TEST_P(AlgoOverride, ResultsAreExact) {
   const algo::Algorithm& a = tuning::registry()[p.algorithm];
   Config config = apitest::testConfig(60);
   config.algo = std::string(opKindName(a.kind)) + ":" + a.name;
+  config.transport = p.transport;
   auto comms = Communicator::createLocal(p.ranks, config);
+  // Over TCP there is no shared memory: the algorithm runs over the sockets' pipes or not at all.
+  for (Communicator& c : comms) ASSERT_EQ(c.impl()->shm() == nullptr, p.transport == "tcp");
   const bool reducing =
       a.kind == OpKind::AllReduce || a.kind == OpKind::ReduceScatter || a.kind == OpKind::Reduce;
   std::vector<ReduceOp> ops =
@@ -238,7 +251,8 @@ TEST_P(AlgoOverride, ResultsAreExact) {
       for (size_t count : kCounts) {
         for (ReduceOp op : ops) {
           std::string failure = runOne(c, a.kind, type, op, count, barrierArrivals, ++round);
-          EXPECT_EQ(failure, "") << config.algo << ", " << p.ranks << " ranks, rank " << r << ", "
+          EXPECT_EQ(failure, "") << config.algo << ", " << p.ranks << " ranks over "
+                                 << (p.transport.empty() ? "shm" : p.transport) << ", rank " << r << ", "
                                  << dataTypeName(type) << ", " << reduceOpName(op) << ", count " << count;
         }
       }
@@ -246,15 +260,61 @@ TEST_P(AlgoOverride, ResultsAreExact) {
   });
 }
 
-std::vector<Param> params() {
+// Every algorithm of the registry that can run over `transport`, for 2..5 ranks.
+std::vector<Param> params(const std::string& transport) {
   std::vector<Param> out;
   for (size_t i = 0; i < tuning::registry().size(); ++i) {
-    for (int n : {2, 3, 4, 5}) out.push_back({i, n});
+    if (transport == "tcp" && tuning::registry()[i].needsSharedMemory) continue;
+    for (int n : {2, 3, 4, 5}) out.push_back({i, n, transport});
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Registry, AlgoOverride, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<Param>& tp) { return nameOf(tp.param); });
+std::string testName(const ::testing::TestParamInfo<Param>& tp) { return nameOf(tp.param); }
+
+INSTANTIATE_TEST_SUITE_P(Shm, AlgoOverride, ::testing::ValuesIn(params("")), testName);
+INSTANTIATE_TEST_SUITE_P(Tcp, AlgoOverride, ::testing::ValuesIn(params("tcp")), testName);
+
+// The parameter's mechanism: rank 0's Config::transport wins (the others' is ignored, either way),
+// and the communicators split from one keep it.
+TEST(TransportSetting, RankZerosWinsAndSplitsKeepIt) {
+  for (const std::string rank0 : {"tcp", ""}) {
+    SCOPED_TRACE("rank 0's Config::transport '" + rank0 + "'");
+    constexpr int n = 3;
+    auto store = makeInProcessStore();
+    std::vector<std::optional<Communicator>> made(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        Config config = apitest::testConfig(60);
+        config.transport = r == 0 ? rank0 : (rank0 == "tcp" ? "" : "tcp");
+        try {
+          made[static_cast<size_t>(r)].emplace(store, r, n, config);
+        } catch (const Error& e) {
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<Communicator> comms;
+    for (auto& c : made) {
+      ASSERT_TRUE(c.has_value());
+      comms.push_back(std::move(*c));
+    }
+    const bool tcp = rank0 == "tcp";
+    runRanks(comms, [&](Communicator& c, int r) {
+      EXPECT_EQ(c.impl()->config().transport, rank0) << "rank " << r;
+      EXPECT_EQ(c.impl()->shm() == nullptr, tcp) << "rank " << r;
+      std::vector<float> v(1000, static_cast<float>(r + 1)), sum(1000);
+      c.allReduce(v.data(), sum.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      for (float x : sum) ASSERT_EQ(x, 6.0f);
+      std::optional<Communicator> child = c.split(0, r);
+      ASSERT_TRUE(child.has_value());
+      EXPECT_EQ(child->impl()->shm() == nullptr, tcp) << "rank " << r << " of the split";
+      child->allReduce(v.data(), sum.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      for (float x : sum) ASSERT_EQ(x, 6.0f);
+    });
+  }
+}
 
 }  // namespace
