@@ -239,7 +239,7 @@ TEST_P(AlgoOverride, ResultsAreExact) {
   config.transport = p.transport;
   auto comms = Communicator::createLocal(p.ranks, config);
   // Over TCP there is no shared memory: the algorithm runs over the sockets' pipes or not at all.
-  for (Communicator& c : comms) ASSERT_EQ(c.impl()->shm() == nullptr, p.transport == "tcp");
+  for (Communicator& c : comms) ASSERT_EQ(c.impl()->sharedMemory() == nullptr, p.transport == "tcp");
   const bool reducing =
       a.kind == OpKind::AllReduce || a.kind == OpKind::ReduceScatter || a.kind == OpKind::Reduce;
   std::vector<ReduceOp> ops =
@@ -304,13 +304,13 @@ TEST(TransportSetting, RankZerosWinsAndSplitsKeepIt) {
     const bool tcp = rank0 == "tcp";
     runRanks(comms, [&](Communicator& c, int r) {
       EXPECT_EQ(c.impl()->config().transport, rank0) << "rank " << r;
-      EXPECT_EQ(c.impl()->shm() == nullptr, tcp) << "rank " << r;
+      EXPECT_EQ(c.impl()->sharedMemory() == nullptr, tcp) << "rank " << r;
       std::vector<float> v(1000, static_cast<float>(r + 1)), sum(1000);
       c.allReduce(v.data(), sum.data(), v.size(), DataType::Float32, ReduceOp::Sum);
       for (float x : sum) ASSERT_EQ(x, 6.0f);
       std::optional<Communicator> child = c.split(0, r);
       ASSERT_TRUE(child.has_value());
-      EXPECT_EQ(child->impl()->shm() == nullptr, tcp) << "rank " << r << " of the split";
+      EXPECT_EQ(child->impl()->sharedMemory() == nullptr, tcp) << "rank " << r << " of the split";
       child->allReduce(v.data(), sum.data(), v.size(), DataType::Float32, ReduceOp::Sum);
       for (float x : sum) ASSERT_EQ(x, 6.0f);
     });
