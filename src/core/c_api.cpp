@@ -79,22 +79,15 @@ chorusResult_t guarded(const chorusComm* comm, F&& body) {
 DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
 ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
 
-// A NULL stream: host buffers, run to completion (or queued in the current group). Otherwise
-// device buffers, enqueued on the stream (core/device.hpp).
-void dispatch(std::shared_ptr<CommImpl> impl, void* stream, Op op) {
-  if (stream != nullptr)
-    device::enqueue(impl, std::move(op), stream);
-  else
-    api::runBlocking(impl, std::move(op));
-}
-
 std::shared_ptr<onesided::State> oneSidedOf(const chorusComm* comm) {
   std::lock_guard lk(gHandlesMu);
   return comm->oneSided;
 }
 
+// A NULL stream: host buffers, run to completion (or queued in the current group). Otherwise
+// device buffers, enqueued on the stream (core/api.hpp).
 chorusResult_t collective(chorusComm_t comm, void* stream, const char* call, Op op) {
-  return guarded(comm, [&] { dispatch(lookup(comm, call), stream, std::move(op)); });
+  return guarded(comm, [&] { api::run(lookup(comm, call), std::move(op), stream); });
 }
 
 }  // namespace
@@ -205,10 +198,7 @@ chorusResult_t chorusCommSplit(chorusComm_t comm, int color, int key, chorusComm
   return guarded(comm, [&] {
     if (!newcomm) failInvalid("chorusCommSplit: newcomm is NULL");
     *newcomm = nullptr;
-    auto impl = lookup(comm, "chorusCommSplit");
-    if (group::active()) fail(chorusInvalidUsage, "chorusCommSplit cannot be called inside a group");
-    impl->checkUsable();
-    auto child = impl->split(color, key);
+    auto child = api::split(*lookup(comm, "chorusCommSplit"), color, key, "chorusCommSplit");
     if (child) *newcomm = newHandle(std::move(child));
   });
 }
@@ -220,9 +210,9 @@ chorusResult_t chorusCommShrink(chorusComm_t comm, const int* excludeRanks, int 
     *newcomm = nullptr;
     if (excludeCount < 0) failInvalid("chorusCommShrink: excludeCount ", excludeCount, " is negative");
     if (excludeCount > 0 && !excludeRanks) failInvalid("chorusCommShrink: excludeRanks is NULL");
-    auto impl = lookup(comm, "chorusCommShrink");
-    if (group::active()) fail(chorusInvalidUsage, "chorusCommShrink cannot be called inside a group");
-    auto child = impl->shrink(std::span<const int>(excludeRanks, static_cast<size_t>(excludeCount)));
+    auto child = api::shrink(*lookup(comm, "chorusCommShrink"),
+                             std::span<const int>(excludeRanks, static_cast<size_t>(excludeCount)),
+                             "chorusCommShrink");
     *newcomm = newHandle(std::move(child));
   });
 }
@@ -400,13 +390,11 @@ chorusResult_t chorusAllToAllv(const void* sendbuff, const size_t* sendcounts, c
     if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
       failInvalid("chorusAllToAllv: counts and displacements must not be NULL");
     }
-    auto n = static_cast<size_t>(impl->size());
-    Op op = api::makeOp(OpKind::AllToAllv, sendbuff, recvbuff, 0, dtypeOf(datatype));
-    op.sendCounts.assign(sendcounts, sendcounts + n);
-    op.sendDispls.assign(sdispls, sdispls + n);
-    op.recvCounts.assign(recvcounts, recvcounts + n);
-    op.recvDispls.assign(rdispls, rdispls + n);
-    dispatch(impl, stream, std::move(op));
+    const auto n = static_cast<size_t>(impl->size());
+    api::run(impl,
+             api::makeAllToAllv(sendbuff, {sendcounts, n}, {sdispls, n}, recvbuff, {recvcounts, n},
+                                {rdispls, n}, dtypeOf(datatype)),
+             stream);
   });
 }
 

@@ -1,36 +1,18 @@
-// The public C++ Communicator: builds an Op, validates it, then runs it (or queues it in a group).
+// The public C++ Communicator: builds an Op and hands it to core/api.cpp (checks, then the host or
+// device path, or the current group).
 #include "base/error.hpp"
 #include "bootstrap/env_init.hpp"
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
-#include "core/device.hpp"
 #include "core/group.hpp"
 #include "transports/shm/shm_memory.hpp"
 
 namespace chorus {
 
-namespace {
-
-CommImpl& live(const std::shared_ptr<CommImpl>& impl) {
-  if (!impl) fail(chorusInvalidUsage, "use of a moved-from or destroyed Communicator");
-  return *impl;
-}
-
-}  // namespace
-
-Op api::makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
-               int peer) {
-  Op o;
-  o.kind = kind;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.type = type;
-  o.op = op;
-  o.root = root;
-  o.peer = peer;
-  return o;
-}
+using api::live;
+using api::makeOp;
+using api::runAsync;
+using api::runBlocking;
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, const Config& config)
     : impl_(CommImpl::create(std::move(store), rank, size, config)) {}
@@ -66,32 +48,6 @@ std::chrono::milliseconds Communicator::timeout() const {
 }
 int Communicator::size() const { return live(impl_).size(); }
 
-void api::runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
-  CommImpl& c = live(impl);
-  c.validate(op);
-  op.timeout = c.callTimeout();
-  if (group::active()) {
-    group::add(impl, std::move(op));
-    return;
-  }
-  c.checkUsable();
-  c.runBlocking(op);
-}
-
-Work api::runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
-  CommImpl& c = live(impl);
-  c.validate(op);
-  op.timeout = c.callTimeout();
-  if (group::active())
-    fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
-  c.checkUsable();
-  return Work(c.submit({std::move(op)}, true));
-}
-
-using api::makeOp;
-using api::runAsync;
-using api::runBlocking;
-
 void Communicator::allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   runBlocking(impl_, makeOp(OpKind::AllReduce, send, recv, count, type, op));
 }
@@ -114,12 +70,7 @@ void Communicator::allToAllv(const void* send, std::span<const size_t> sendCount
                              std::span<const size_t> sendDispls, void* recv,
                              std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
                              DataType type) {
-  Op o = makeOp(OpKind::AllToAllv, send, recv, 0, type);
-  o.sendCounts.assign(sendCounts.begin(), sendCounts.end());
-  o.sendDispls.assign(sendDispls.begin(), sendDispls.end());
-  o.recvCounts.assign(recvCounts.begin(), recvCounts.end());
-  o.recvDispls.assign(recvDispls.begin(), recvDispls.end());
-  runBlocking(impl_, std::move(o));
+  runBlocking(impl_, api::makeAllToAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, type));
 }
 void Communicator::send(const void* buf, size_t count, DataType type, int peer) {
   runBlocking(impl_, makeOp(OpKind::Send, buf, nullptr, count, type, ReduceOp::Sum, -1, peer));
@@ -130,10 +81,7 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
 // Device buffers: the same operations, enqueued on a stream (a null one: host buffers).
 namespace {
 void onStream(const std::shared_ptr<CommImpl>& impl, Op op, CudaStream stream) {
-  if (stream.handle != nullptr)
-    device::enqueue(impl, std::move(op), stream.handle);
-  else
-    runBlocking(impl, std::move(op));
+  api::run(impl, std::move(op), stream.handle);
 }
 }  // namespace
 
@@ -199,29 +147,16 @@ Work Communicator::barrierAsync() {
 }
 
 std::optional<Communicator> Communicator::split(int color, int key) {
-  CommImpl& c = live(impl_);
-  if (group::active()) fail(chorusInvalidUsage, "split cannot be called inside a group");
-  c.checkUsable();
-  auto child = c.split(color, key);
+  auto child = api::split(live(impl_), color, key, "split");
   if (!child) return std::nullopt;
   return Communicator(std::move(child));
 }
 
 Communicator Communicator::shrink(std::span<const int> excludeRanks) {
-  CommImpl& c = live(impl_);
-  if (group::active()) fail(chorusInvalidUsage, "shrink cannot be called inside a group");
-  return Communicator(c.shrink(excludeRanks));
+  return Communicator(api::shrink(live(impl_), excludeRanks, "shrink"));
 }
 
 void Communicator::abort() { live(impl_).abort(); }
-chorusResult_t api::asyncError(CommImpl& impl) {
-  if (const chorusResult_t code = impl.asyncError(); code != chorusSuccess) return code;
-  std::string text;
-  const chorusResult_t code = device::asyncError(impl, &text);
-  if (code != chorusSuccess) impl.setLastError(text);
-  return code;
-}
-
 chorusResult_t Communicator::asyncError() const { return api::asyncError(live(impl_)); }
 std::string Communicator::lastError() const { return live(impl_).lastError(); }
 size_t Communicator::memoryBytes() const { return live(impl_).memoryBytes(); }

@@ -30,7 +30,8 @@ bool built();
 /// H200 (sm_90, 139 GiB)", or why not). Never throws.
 bool available(std::string* state);
 
-/// Runs `op` (validated by the caller) on `stream`, a cudaStream_t: collectives of device buffers
+/// Checks `op` as every call does (api::prepare; a build without CUDA refuses it before that), then
+/// runs it on `stream`, a cudaStream_t: collectives of device buffers
 /// whose ranks share a host are enqueued as one kernel and return at once; anything else is staged
 /// through pinned host memory and returns when done. Inside a group, kernels are enqueued at once and
 /// staged operations join the group. Throws chorus::Error.

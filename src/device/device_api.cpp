@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
 #include "device/device_state.hpp"
@@ -93,8 +94,7 @@ bool available(std::string* state) {
 
 void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
   CommImpl& c = *comm;
-  c.validate(op);
-  op.timeout = c.callTimeout();
+  api::prepare(c, op);
   c.checkUsable();
   DeviceComm& d = stateOf(c);
   d.throwIfFailed();
