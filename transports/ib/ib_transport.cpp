@@ -14,6 +14,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "transports/ib/verbs_api.hpp"
+#include "transports/peer_link.hpp"
 
 namespace chorus::transport {
 
@@ -161,19 +162,15 @@ class IbRecvPipe final : public RecvPipe {
   IbPeer& p_;
 };
 
-struct IbPeer {
-  IbPeer(IbTransport::Impl& t, int rank, uint64_t* arrivals) : t(t), rank(rank), arrivals(arrivals) {}
+// The queue pair and both rings of one peer, with its failure and notice (PeerLink).
+struct IbPeer : PeerLink {
+  IbPeer(IbTransport::Impl& t, int rank, uint64_t* arrivals) : PeerLink(rank, arrivals), t(t) {}
   IbTransport::Impl& t;
-  const int rank;
-  uint64_t* arrivals;  // the transport's count of arrivals and failures
   ibv_qp* qp = nullptr;
   Ctrl* ctrl = nullptr;  // this peer's slot in the transport's control block
   Endpoint remote{};
-  uint32_t psn = 0;    // this side's first packet sequence number
-  int sqUsed = 0;      // send work requests not yet completed
-  std::string broken;  // why the queue pair failed; empty while it works
-  bool noticed = false;
-  std::string notice;
+  uint32_t psn = 0;  // this side's first packet sequence number
+  int sqUsed = 0;    // send work requests not yet completed
 
   // Send ring (the size of the peer's receive ring): [sDone, sPosted) written, not yet completed.
   std::unique_ptr<void, FreeDeleter> sbuf;
@@ -194,11 +191,6 @@ struct IbPeer {
   std::byte* sdata() const { return static_cast<std::byte*>(sbuf.get()); }
   std::byte* rdata() const { return static_cast<std::byte*>(rbuf.get()); }
   uint64_t credit() const { return std::atomic_ref<uint64_t>(ctrl->credit).load(std::memory_order_acquire); }
-  void setBroken(std::string why) {
-    if (!broken.empty()) return;
-    broken = std::move(why);
-    ++*arrivals;  // an idle wait returns: the engine's next read reports it
-  }
   PeerError brokenError() const {
     return PeerError(chorusRemoteError, strCat("the RDMA connection with rank ", rank, " failed: ", broken));
   }
@@ -685,13 +677,7 @@ int IbTransport::findPeerFailure(chorusResult_t* code, std::string* text) {
         t.write(*p, kProbe, nullptr, 0, 0, p->remote.ctrlAddr, p->remote.ctrlRkey, nullptr, false);
     }
   }
-  for (auto& p : t.peers) {
-    if (p && p->noticed) {
-      *text = p->notice;
-      return p->rank;
-    }
-  }
-  return -1;
+  return firstNoticed(t.peers, text);
 }
 
 bool IbTransport::waitReadable(std::chrono::microseconds timeout) {

@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/socket_util.hpp"
+#include "transports/peer_link.hpp"
 #include "transports/ucx/ucx_api.hpp"
 
 namespace chorus::transport {
@@ -109,16 +110,15 @@ struct CreditOut {
   SendSlot slot;
 };
 
-struct UcxPeer {
+// The endpoint and both rings of one peer, with its failure and notice (PeerLink; its arrivals
+// count credits too).
+struct UcxPeer : PeerLink {
   UcxPeer(UcxTransport::Impl& t, int rank, size_t cap, uint64_t* arrivals)
-      : t(t), rank(rank), cap(cap), arrivals(arrivals), sbuf(new std::byte[cap]), rbuf(new std::byte[cap]) {}
+      : PeerLink(rank, arrivals), t(t), cap(cap), sbuf(new std::byte[cap]), rbuf(new std::byte[cap]) {}
 
   UcxTransport::Impl& t;
-  const int rank;
   const size_t cap;
-  uint64_t* arrivals;  // the transport's count of arrivals, credits and failures
   ucp_ep_h ep = nullptr;
-  std::string broken;  // why the endpoint failed; empty while it works
 
   // Send ring: [sFreed, sPosted) is owned by UCX, [sPosted, sHead) committed but not yet flushed.
   // At most `cap` bytes may be unread by the peer (`credit` is how much it has read), so what UCX
@@ -140,17 +140,9 @@ struct UcxPeer {
   uint64_t creditSent = 0;
   std::deque<CreditOut> creditsOut;
 
-  std::string notice;  // the peer's failure notice
-  bool noticed = false;
-
   UcxSendPipe sendPipe{*this};
   UcxRecvPipe recvPipe{*this};
 
-  void setBroken(std::string why) {
-    if (!broken.empty()) return;
-    broken = std::move(why);
-    ++*arrivals;  // an idle wait returns: the engine's next read reports it
-  }
   PeerError brokenError() const {
     return PeerError(chorusRemoteError, strCat("the UCX connection with rank ", rank, " failed: ", broken,
                                                " (the peer exited, was killed, or cannot be reached)"));
@@ -729,13 +721,7 @@ int UcxTransport::findPeerFailure(chorusResult_t* code, std::string* text) {
       p->notice = got;
     }
   });
-  for (auto& p : t.peers) {
-    if (p && p->noticed) {
-      *text = p->notice;
-      return p->rank;
-    }
-  }
-  return -1;
+  return firstNoticed(t.peers, text);
 }
 
 bool UcxTransport::waitReadable(std::chrono::microseconds timeout) {
