@@ -69,15 +69,15 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
 }
 
-void copy(void* dst, const void* src, size_t bytes, Store store) {
+void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
   if (bytes == 0) return;
-  switch (store) {
-    case Store::Auto:
+  switch (mode) {
+    case CopyMode::Auto:
       return activeKernels().copy(dst, src, bytes);
-    case Store::Cached:
+    case CopyMode::Cached:
       std::memcpy(dst, src, bytes);
       return;
-    case Store::Streaming:
+    case CopyMode::Streaming:
       return activeKernels().streamCopy(dst, src, bytes);
   }
 }

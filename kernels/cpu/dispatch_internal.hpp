@@ -17,8 +17,8 @@ using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 struct KernelImpl {
   const char* name;  // "portable" or "avx2+f16c"
   ReduceFn reduce;
-  CopyFn copy;        // Store::Auto
-  CopyFn streamCopy;  // Store::Streaming
+  CopyFn copy;        // CopyMode::Auto
+  CopyFn streamCopy;  // CopyMode::Streaming
 };
 
 // The implementations themselves (reduce_portable.cpp, reduce_avx2.cpp).

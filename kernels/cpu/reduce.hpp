@@ -24,16 +24,20 @@ namespace chorus::kernels {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 
-/// How copy() writes its destination.
-enum class Store {
+/// How copy() writes its destination: which store instructions it uses.
+enum class CopyMode {
   Auto,       ///< memcpy, switching to non-temporal stores for a single copy of 16 MiB or more
   Cached,     ///< always memcpy: the destination ends up in cache for a reader that follows
   Streaming,  ///< non-temporal stores: the destination bypasses the cache (no read-for-ownership)
 };
+/// The former name of CopyMode, kept until src/algorithms (outputStore() in common.hpp and its
+/// callers) moves to CopyMode; then it goes, leaving chorus::Store the only Store.
+using Store = CopyMode;
 
 /// memcpy tuned for large buffers. Collectives copy a large output in many small pieces, so they
-/// choose Streaming or Cached from the size of the whole output (see streamingStore()).
-void copy(void* dst, const void* src, size_t bytes, Store store = Store::Auto);
+/// choose Streaming or Cached from the size of the whole output (outputStore() in
+/// src/algorithms/common.hpp).
+void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Auto);
 
 /// "avx2+f16c" or "portable": the implementation in use.
 const char* simdLevel();

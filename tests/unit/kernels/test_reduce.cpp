@@ -811,10 +811,10 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
   std::vector<float> c(1000);
   copy(c.data(), out.data(), c.size() * sizeof(float));
   EXPECT_EQ(c, out);
-  for (Store store : {Store::Auto, Store::Cached, Store::Streaming}) {
+  for (CopyMode mode : {CopyMode::Auto, CopyMode::Cached, CopyMode::Streaming}) {
     std::vector<float> d(1000);
-    copy(d.data() + 1, out.data(), 999 * sizeof(float), store);
-    EXPECT_TRUE(std::equal(d.begin() + 1, d.end(), out.begin())) << static_cast<int>(store);
+    copy(d.data() + 1, out.data(), 999 * sizeof(float), mode);
+    EXPECT_TRUE(std::equal(d.begin() + 1, d.end(), out.begin())) << static_cast<int>(mode);
   }
   reduce(nullptr, nullptr, 1, 0, DataType::Float32, ReduceOp::Sum, 0);  // nothing to do
   copy(nullptr, nullptr, 0);
