@@ -30,12 +30,9 @@ enum class CopyMode {
   Cached,     ///< always memcpy: the destination ends up in cache for a reader that follows
   Streaming,  ///< non-temporal stores: the destination bypasses the cache (no read-for-ownership)
 };
-/// The former name of CopyMode, kept until src/algorithms (outputStore() in common.hpp and its
-/// callers) moves to CopyMode; then it goes, leaving chorus::Store the only Store.
-using Store = CopyMode;
 
 /// memcpy tuned for large buffers. Collectives copy a large output in many small pieces, so they
-/// choose Streaming or Cached from the size of the whole output (outputStore() in
+/// choose Streaming or Cached from the size of the whole output (outputCopyMode() in
 /// src/algorithms/common.hpp).
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Auto);
 

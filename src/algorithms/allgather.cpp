@@ -12,7 +12,7 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
-  const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem);
+  const kernels::CopyMode store = outputCopyMode(static_cast<size_t>(n) * op.count * elem);
   std::vector<engine::PeerBuffers> peers;
   if (tryZeroCopy(ctx, op.count * elem, op.send, op.count * elem, op.recv, 0, peers)) {
     // Zero copy: every rank copies the peers' inputs straight into its output.

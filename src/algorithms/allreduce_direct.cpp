@@ -23,7 +23,7 @@ void allReduceShared(Context& ctx, const Op& op, const std::vector<engine::PeerB
     kernels::reduce(at(op.recv, so, elem), srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n));
   }
   shared(ctx).syncAll();  // every slice reduced
-  const kernels::Store store = outputStore(op.count * elem);
+  const kernels::CopyMode store = outputCopyMode(op.count * elem);
   for (int k = 0; k < n; ++k) {
     const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
     if (k != me && l)
@@ -43,7 +43,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
   if (tryZeroCopy(ctx, bytes, op.send, bytes, op.recv, bytes, peers)) return allReduceShared(ctx, op, peers);
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  const kernels::Store store = outputStore(bytes, op.send == op.recv);
+  const kernels::CopyMode store = outputCopyMode(bytes, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,

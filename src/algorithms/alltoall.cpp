@@ -14,7 +14,8 @@ void allToAllDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
-  const kernels::Store store = outputStore(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
+  const kernels::CopyMode store =
+      outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },

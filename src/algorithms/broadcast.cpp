@@ -12,7 +12,7 @@ void broadcastDirect(Context& ctx, const Op& op) {
   const int me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
-  const kernels::Store store = outputStore(bytes);
+  const kernels::CopyMode store = outputCopyMode(bytes);
   std::vector<engine::PeerBuffers> peers;
   if (tryZeroCopy(ctx, bytes, op.send, me == op.root ? bytes : 0, op.recv, 0, peers)) {
     // Zero copy: every rank copies the root's input straight into its output.

@@ -69,9 +69,9 @@ inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, si
 /// destination line (a third of the memory traffic of a copy). Not when the output overwrites the
 /// input chunk by chunk (`overwritesInput`): those lines were just read, so plain stores hit the
 /// cache and streaming would only evict them (measured: in-place 4-16 MiB allreduce 10-15% slower).
-inline kernels::Store outputStore(size_t bytes, bool overwritesInput = false) {
-  return !overwritesInput && bytes >= envConfig().ntStoreBytes ? kernels::Store::Streaming
-                                                               : kernels::Store::Cached;
+inline kernels::CopyMode outputCopyMode(size_t bytes, bool overwritesInput = false) {
+  return !overwritesInput && bytes >= envConfig().ntStoreBytes ? kernels::CopyMode::Streaming
+                                                               : kernels::CopyMode::Cached;
 }
 
 /// Zero-copy algorithms read peers' buffers in place when all ranks' buffers come from
