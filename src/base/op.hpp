@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "chorus/chorus.hpp"
@@ -46,6 +47,9 @@ struct Op {
   bool isPointToPoint() const { return kind == OpKind::Send || kind == OpKind::Recv; }
   /// Bytes one rank contributes (the size used to pick an algorithm).
   size_t messageBytes() const { return count * dataTypeSize(type); }
+  /// Bytes this operation reads from its send buffer and writes to its receive buffer on `rank` of
+  /// `nranks` (the extent a copy of either must cover).
+  std::pair<size_t, size_t> bufferBytes(int rank, int nranks) const;
 };
 
 }  // namespace chorus

@@ -69,7 +69,7 @@ void runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
     return;
   }
   c.checkUsable();
-  c.runBlocking(op);
+  c.runInTurn(op);
 }
 
 Work runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {

@@ -43,7 +43,7 @@ std::shared_ptr<WorkState> CommImpl::submit(std::vector<Op> ops, bool async, Hoo
   return task->work;
 }
 
-void CommImpl::runBlocking(const Op& op) {
+void CommImpl::runInTurn(const Op& op) {
   std::pair<chorusResult_t, std::string> outcome;
   opQueue_.runInTurn([&] { outcome = runOps(std::span<const Op>(&op, 1)); });
   if (outcome.first != chorusSuccess) throw Error(outcome.first, outcome.second);

@@ -76,9 +76,9 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
     std::function<void(chorusResult_t)> after;
   };
   std::shared_ptr<WorkState> submit(std::vector<Op> ops, bool async, Hooks hooks);
-  /// The blocking form of submit() for one operation, without a WorkState: waits for its turn,
-  /// runs the operation on this thread and throws chorus::Error if it failed.
-  void runBlocking(const Op& op);
+  /// One blocking operation without a WorkState (the form of submit() a blocking call uses): waits for its
+  /// turn, runs the operation on this thread and throws chorus::Error if it failed.
+  void runInTurn(const Op& op);
 
   std::shared_ptr<CommImpl> split(int color, int key);
   /// The ranks not in `exclude`, rendezvous through the store only (works when broken).

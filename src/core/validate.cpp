@@ -27,32 +27,6 @@ size_t checkedBytes(size_t count, size_t k, size_t elem, const char* call) {
 
 }  // namespace
 
-const char* opKindName(OpKind k) {
-  switch (k) {
-    case OpKind::AllReduce:
-      return "allreduce";
-    case OpKind::ReduceScatter:
-      return "reducescatter";
-    case OpKind::AllGather:
-      return "allgather";
-    case OpKind::Broadcast:
-      return "broadcast";
-    case OpKind::Reduce:
-      return "reduce";
-    case OpKind::AllToAll:
-      return "alltoall";
-    case OpKind::AllToAllv:
-      return "alltoallv";
-    case OpKind::Send:
-      return "send";
-    case OpKind::Recv:
-      return "recv";
-    case OpKind::Barrier:
-      return "barrier";
-  }
-  return "unknown";
-}
-
 void validateOp(const Op& op, int rank, int size) {
   const char* call = opKindName(op.kind);
   auto where = [&] { return strCat(call, " on rank ", rank, " of ", size); };

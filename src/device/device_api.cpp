@@ -15,6 +15,7 @@
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
 #include "device/device_state.hpp"
+#include "tuning/tuning.hpp"
 
 namespace chorus::device {
 
@@ -43,12 +44,6 @@ using detail::cudaText;
 using detail::DeviceComm;
 using detail::OnDevice;
 using detail::onDevice;
-using detail::stagedBytes;
-
-bool kernelKind(OpKind k) {
-  return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::AllGather ||
-         k == OpKind::Broadcast || k == OpKind::Reduce || k == OpKind::AllToAll;
-}
 
 // The communicator's device state, set up (collectively) on first use.
 DeviceComm& stateOf(CommImpl& comm, int device = -1) {
@@ -100,35 +95,25 @@ void enqueue(const std::shared_ptr<CommImpl>& comm, Op op, void* streamv) {
   d.throwIfFailed();
   const OnDevice on(d.device());
   auto stream = static_cast<cudaStream_t>(streamv);
-  if (d.p2pKernels() && op.isPointToPoint()) {
-    // The peer takes the same path when it passes device memory too (which device calls require).
-    const void* buf = op.kind == OpKind::Send ? op.send : op.recv;
-    if (op.count == 0) return;
-    if (onDevice(buf, d.device(), c.rank(), op.kind == OpKind::Send ? "send" : "receive", op.kind)) {
+  const tuning::DeviceAbilities can{.collectiveKernels = d.ipc(), .pointToPointKernels = d.p2pKernels()};
+  const auto onThisDevice = [&](bool send) {
+    return send ? onDevice(op.send, d.device(), c.rank(), "send", op.kind)
+                : onDevice(op.recv, d.device(), c.rank(), "receive", op.kind);
+  };
+  switch (tuning::devicePath(op, c.rank(), c.size(), can, onThisDevice)) {
+    case tuning::DevicePath::Nothing:
+      return;
+    case tuning::DevicePath::PointToPointKernel:
       d.p2p(comm, op, stream);
       return;
-    }
-  }
-  if (d.p2pKernels() && op.kind == OpKind::AllToAllv) {
-    const auto [in, out] = stagedBytes(op, c.rank(), c.size());
-    if (in == 0 && out == 0) return;  // then every peer sends this rank nothing, and expects nothing
-    if ((in == 0 || onDevice(op.send, d.device(), c.rank(), "send", op.kind)) &&
-        (out == 0 || onDevice(op.recv, d.device(), c.rank(), "receive", op.kind))) {
+    case tuning::DevicePath::AllToAllvKernel:
       d.allToAllv(c, op, stream);
       return;
-    }
-  }
-  if (d.ipc() && kernelKind(op.kind)) {
-    const bool sends = op.kind != OpKind::Broadcast || op.root == c.rank();
-    const bool receives = op.kind != OpKind::Reduce || op.root == c.rank();
-    const bool dev = (!sends || onDevice(op.send, d.device(), c.rank(), "send", op.kind)) &&
-                     (!receives || onDevice(op.recv, d.device(), c.rank(), "receive", op.kind));
-    // Every rank must take the same path: the kernel path needs device memory on all of them, which
-    // the API requires of device calls (host memory with a stream is staged, on every rank alike).
-    if (dev) {
-      if (op.count > 0) d.launch(c, op, stream);
+    case tuning::DevicePath::CollectiveKernel:
+      d.launch(c, op, stream);
       return;
-    }
+    case tuning::DevicePath::ThroughHost:
+      break;
   }
   d.staged(comm, std::move(op), stream);
 }

@@ -52,7 +52,7 @@ template <typename T>
 std::vector<T> allGather(CommImpl& comm, const T& mine) {
   std::vector<T> all(static_cast<size_t>(comm.size()));
   Op op = api::makeOp(OpKind::AllGather, &mine, all.data(), sizeof(T), DataType::Uint8);
-  comm.runBlocking(op);
+  comm.runInTurn(op);
   return all;
 }
 

@@ -27,42 +27,6 @@ bool inside(const void* p, size_t bytes, const void* base, size_t baseBytes) {
 
 }  // namespace
 
-// Bytes an operation reads from its send buffer and writes to its receive buffer, on this rank.
-std::pair<size_t, size_t> stagedBytes(const Op& op, int rank, int n) {
-  const size_t e = dataTypeSize(op.type);
-  const size_t c = op.count * e;
-  const auto N = static_cast<size_t>(n);
-  switch (op.kind) {
-    case OpKind::AllReduce:
-      return {c, c};
-    case OpKind::ReduceScatter:
-      return {c * N, c};
-    case OpKind::AllGather:
-      return {c, c * N};
-    case OpKind::Broadcast:
-      return {rank == op.root ? c : 0, c};
-    case OpKind::Reduce:
-      return {c, rank == op.root ? c : 0};
-    case OpKind::AllToAll:
-      return {c * N, c * N};
-    case OpKind::AllToAllv: {
-      size_t in = 0, out = 0;
-      for (size_t r = 0; r < N; ++r) {  // an empty block's displacement is never used
-        if (op.sendCounts[r] > 0) in = std::max(in, (op.sendDispls[r] + op.sendCounts[r]) * e);
-        if (op.recvCounts[r] > 0) out = std::max(out, (op.recvDispls[r] + op.recvCounts[r]) * e);
-      }
-      return {in, out};
-    }
-    case OpKind::Send:
-      return {c, 0};
-    case OpKind::Recv:
-      return {0, c};
-    case OpKind::Barrier:
-      return {0, 0};
-  }
-  return {0, 0};
-}
-
 cudaEvent_t DeviceComm::takeEvent() {
   if (!freeEvents_.empty()) {
     cudaEvent_t e = freeEvents_.back();
@@ -94,7 +58,7 @@ void DeviceComm::reapInFlight() {
 
 // The pinned buffers of a staged call, and `op` pointed at them instead of the caller's.
 DeviceComm::Staging DeviceComm::stage(Op& op) {
-  const auto [inBytes, outBytes] = stagedBytes(op, rank_, size_);
+  const auto [inBytes, outBytes] = op.bufferBytes(rank_, size_);
   // One pinned buffer when the call is in place (one buffer inside the other), else two. A
   // non-root of Reduce still gets a receive buffer (unused, never copied back).
   const size_t outAlloc = op.kind == OpKind::Reduce ? op.count * dataTypeSize(op.type) : outBytes;
@@ -164,7 +128,7 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
       (s.outBytes == 0 || onDevice(s.devRecv, device_, rank_, "receive", OpKind::Barrier));
   if (!callerOnDevice) {
     copyIn();
-    comm->runBlocking(op);
+    comm->runInTurn(op);
     copyBack();
     return;
   }

@@ -193,10 +193,6 @@ struct PeerInfo {
 // (device_api.cpp)
 bool onDevice(const void* p, int device, int rank, const char* what, OpKind kind);
 
-// Bytes an operation reads from its send buffer and writes to its receive buffer, on this rank.
-// (device_staged.cpp)
-std::pair<size_t, size_t> stagedBytes(const Op& op, int rank, int n);
-
 // Sends and receives with their streams, run as one kernel.
 using P2pList = std::vector<std::pair<Op, cudaStream_t>>;
 

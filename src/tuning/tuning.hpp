@@ -3,10 +3,13 @@
 // it (rules.cpp), and the selector with its decision cache (selector.cpp). The order of a choice:
 // the user's rules (CHORUS_ALGO, Config::algo); then, where the ranks do not share one host's
 // memory, the cost model's cheapest prediction (algorithms/cost_model.hpp); then the default rules.
+// A call on a CUDA stream is decided here too (devicePath, device_path.cpp): which device path runs
+// it, and when that is the path through host memory, the same select() picks the host algorithm.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -63,5 +66,33 @@ class Selector {
   int nranks_ = 1;
   std::map<std::tuple<int, int, int>, const algo::Algorithm*> decisions_;
 };
+
+/// How a call on a CUDA stream runs (src/device).
+enum class DevicePath {
+  Nothing,             ///< no rank moves a byte (an empty call): done at once
+  PointToPointKernel,  ///< a send or receive through the peer's mapped device memory (CUDA IPC)
+  AllToAllvKernel,     ///< alltoallv as point-to-point kernels
+  /// The CUDA IPC collective kernels (which use their LL protocol for steps up to the configured
+  /// CHORUS_CUDA_LL_BYTES, agreed at set-up)
+  CollectiveKernel,
+  ThroughHost,  ///< staged through host memory and run by the host collectives (select())
+};
+const char* devicePathName(DevicePath path);
+
+/// What the communicator's device set-up made possible, the same on every rank.
+struct DeviceAbilities {
+  bool collectiveKernels = false;    ///< CUDA IPC collectives among all ranks
+  bool pointToPointKernels = false;  ///< CUDA IPC sends and receives
+};
+
+/// Whether this rank's send buffer (`send`) or receive buffer (!send) is device memory. Asked only
+/// when the choice depends on it, so a buffer the call does not use is never looked at; it may
+/// throw (e.g. a buffer on another rank's device).
+using IsDeviceBuffer = std::function<bool(bool send)>;
+
+/// The path for `op` on `rank` of `nranks`. Every rank of a collective takes the same path, since
+/// device calls pass device memory on every rank (or host memory on every rank, then staged).
+DevicePath devicePath(const Op& op, int rank, int nranks, const DeviceAbilities& can,
+                      const IsDeviceBuffer& onDevice);
 
 }  // namespace chorus::tuning

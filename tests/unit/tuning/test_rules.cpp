@@ -392,4 +392,79 @@ TEST(CostModel, RulesAndSharedMemoryComeFirst) {
   EXPECT_STREQ(tuning::select(opOf(OpKind::AllReduce, 1 << 20), 4, true, {}, &model).name, "direct");
 }
 
+// The device path (tuning::devicePath): decided from the abilities and the buffers, asking about a
+// buffer only when the choice needs it (a call's unused buffer is never looked at).
+struct Asked {
+  std::vector<bool> calls;
+  bool sendOnDevice = true, recvOnDevice = true;
+  tuning::IsDeviceBuffer check() {
+    return [this](bool send) {
+      calls.push_back(send);
+      return send ? sendOnDevice : recvOnDevice;
+    };
+  }
+};
+
+TEST(DevicePath, KernelsWhenAbleAndOnDeviceElseThroughHost) {
+  const tuning::DeviceAbilities all{.collectiveKernels = true, .pointToPointKernels = true};
+  Op ar = opOf(OpKind::AllReduce, 1024);
+  Asked a;
+  EXPECT_EQ(tuning::devicePath(ar, 0, 4, all, a.check()), tuning::DevicePath::CollectiveKernel);
+  EXPECT_EQ(a.calls, (std::vector<bool>{true, false}));
+  Asked none;
+  EXPECT_EQ(tuning::devicePath(ar, 0, 4, {}, none.check()), tuning::DevicePath::ThroughHost);
+  EXPECT_TRUE(none.calls.empty());
+  Asked host;
+  host.recvOnDevice = false;
+  EXPECT_EQ(tuning::devicePath(ar, 0, 4, all, host.check()), tuning::DevicePath::ThroughHost);
+  ar.count = 0;
+  EXPECT_EQ(tuning::devicePath(ar, 0, 4, all, Asked{}.check()), tuning::DevicePath::Nothing);
+  EXPECT_STREQ(tuning::devicePathName(tuning::DevicePath::ThroughHost), "through-host");
+}
+
+TEST(DevicePath, RootedCallsAskOnlyForTheBuffersTheRankUses) {
+  const tuning::DeviceAbilities ipc{.collectiveKernels = true};
+  Op bc = opOf(OpKind::Broadcast, 64);
+  bc.root = 1;
+  Asked nonRoot;
+  nonRoot.sendOnDevice = false;  // a non-root's send buffer is not used
+  EXPECT_EQ(tuning::devicePath(bc, 0, 2, ipc, nonRoot.check()), tuning::DevicePath::CollectiveKernel);
+  EXPECT_EQ(nonRoot.calls, (std::vector<bool>{false}));
+  Op red = opOf(OpKind::Reduce, 64);
+  red.root = 0;
+  Asked leaf;
+  leaf.recvOnDevice = false;  // a non-root's receive buffer is not used
+  EXPECT_EQ(tuning::devicePath(red, 1, 2, ipc, leaf.check()), tuning::DevicePath::CollectiveKernel);
+  EXPECT_EQ(leaf.calls, (std::vector<bool>{true}));
+}
+
+TEST(DevicePath, PointToPointAndAllToAllv) {
+  const tuning::DeviceAbilities p2p{.pointToPointKernels = true};
+  Op send = opOf(OpKind::Send, 16);
+  Asked s;
+  EXPECT_EQ(tuning::devicePath(send, 0, 2, p2p, s.check()), tuning::DevicePath::PointToPointKernel);
+  EXPECT_EQ(s.calls, (std::vector<bool>{true}));
+  Op recv = opOf(OpKind::Recv, 16);
+  Asked r;
+  r.recvOnDevice = false;
+  EXPECT_EQ(tuning::devicePath(recv, 0, 2, p2p, r.check()), tuning::DevicePath::ThroughHost);
+  recv.count = 0;
+  EXPECT_EQ(tuning::devicePath(recv, 0, 2, p2p, Asked{}.check()), tuning::DevicePath::Nothing);
+  // alltoallv: a rank that sends nothing is not asked about its send buffer.
+  Op v;
+  v.kind = OpKind::AllToAllv;
+  v.type = DataType::Float32;
+  v.sendCounts = {0, 0};
+  v.sendDispls = {0, 0};
+  v.recvCounts = {0, 3};
+  v.recvDispls = {0, 1};
+  Asked onlyRecv;
+  onlyRecv.sendOnDevice = false;
+  EXPECT_EQ(tuning::devicePath(v, 0, 2, p2p, onlyRecv.check()), tuning::DevicePath::AllToAllvKernel);
+  EXPECT_EQ(onlyRecv.calls, (std::vector<bool>{false}));
+  EXPECT_EQ(v.bufferBytes(0, 2), (std::pair<size_t, size_t>{0, 16}));
+  v.recvCounts = {0, 0};
+  EXPECT_EQ(tuning::devicePath(v, 0, 2, p2p, Asked{}.check()), tuning::DevicePath::Nothing);
+}
+
 }  // namespace
