@@ -17,20 +17,6 @@ void refuseInGroup(const char* call) {
 
 }  // namespace
 
-Op makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
-          int peer) {
-  Op o;
-  o.kind = kind;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.type = type;
-  o.op = op;
-  o.root = root;
-  o.peer = peer;
-  return o;
-}
-
 Op makeAllToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
                  void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
                  DataType type) {

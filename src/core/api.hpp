@@ -14,8 +14,19 @@ namespace chorus {
 class CommImpl;
 
 namespace api {
-Op makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type, ReduceOp op = ReduceOp::Sum,
-          int root = -1, int peer = -1);
+inline Op makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type,
+                 ReduceOp op = ReduceOp::Sum, int root = -1, int peer = -1) {
+  Op o;
+  o.kind = kind;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.type = type;
+  o.op = op;
+  o.root = root;
+  o.peer = peer;
+  return o;
+}
 /// An AllToAllv, with copies of the counts and displacements (one per rank each).
 Op makeAllToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
                  void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,

@@ -8,17 +8,6 @@
 
 namespace chorus::engine {
 
-transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
-  transport::CallFingerprint f;
-  f.seq = seq;
-  f.kind = static_cast<int32_t>(o.kind);
-  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
-  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
-  f.op = isReducing(o.kind) ? static_cast<int32_t>(o.op) : 0;
-  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
-  return f;
-}
-
 std::string describeCall(const transport::CallFingerprint& f) {
   auto kind = static_cast<OpKind>(f.kind);
   return strCat(opKindName(kind), " #", f.seq, " (count ", f.count, ", ",
@@ -26,19 +15,6 @@ std::string describeCall(const transport::CallFingerprint& f) {
                 isReducing(kind) ? strCat(", ", reduceOpName(static_cast<ReduceOp>(f.op))) : std::string(),
                 f.root >= 0 ? strCat(", root ", f.root) : std::string(), ")");
 }
-
-uint64_t callHash(const transport::CallFingerprint& f) {
-  uint64_t h = f.seq * 0x9E3779B97F4A7C15ull;
-  for (uint64_t v :
-       {f.count, uint64_t{static_cast<uint32_t>(f.kind)}, uint64_t{static_cast<uint32_t>(f.type)},
-        uint64_t{static_cast<uint32_t>(f.op)}, uint64_t{static_cast<uint32_t>(f.root)}}) {
-    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
-uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
 
 ShmSync::ShmSync(transport::ShmGroup& group, std::function<Waiter()> waiter,
                  std::function<std::string()> what, bool zeroCopy)

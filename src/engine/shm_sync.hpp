@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -18,14 +19,35 @@
 
 namespace chorus::engine {
 
+// fingerprintOf, callHash and callTag run on every call: inline, as the communicator's own code.
+
 /// What must agree between the ranks of one collective call: kind, count, type, op, root.
-transport::CallFingerprint fingerprintOf(const Op& op, uint64_t seq);
+inline transport::CallFingerprint fingerprintOf(const Op& o, uint64_t seq) {
+  transport::CallFingerprint f;
+  f.seq = seq;
+  f.kind = static_cast<int32_t>(o.kind);
+  f.count = o.kind == OpKind::AllToAllv ? 0 : o.count;  // alltoallv counts differ by design
+  f.type = o.kind == OpKind::Barrier ? 0 : static_cast<int32_t>(o.type);
+  f.op = isReducing(o.kind) ? static_cast<int32_t>(o.op) : 0;
+  f.root = (o.kind == OpKind::Broadcast || o.kind == OpKind::Reduce) ? o.root : -1;
+  return f;
+}
 /// "allreduce #3 (count 1000, float32, sum)".
 std::string describeCall(const transport::CallFingerprint& f);
-/// A 64-bit hash of the call (low-latency messages carry it whole), and 16 bits of it that are never
-/// 0xFFFF (the point-to-point tag): every pipe message's tag and every sync flag's.
-uint64_t callHash(const transport::CallFingerprint& f);
-uint16_t callTag(uint64_t hash);
+/// A 64-bit hash of the call (low-latency messages carry it whole).
+inline uint64_t callHash(const transport::CallFingerprint& f) {
+  uint64_t h = f.seq * 0x9E3779B97F4A7C15ull;
+  for (uint64_t v :
+       {f.count, uint64_t{static_cast<uint32_t>(f.kind)}, uint64_t{static_cast<uint32_t>(f.type)},
+        uint64_t{static_cast<uint32_t>(f.op)}, uint64_t{static_cast<uint32_t>(f.root)}}) {
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  return h;
+}
+/// 16 bits of the hash that are never 0xFFFF (the point-to-point tag): every pipe message's tag
+/// and every sync flag's.
+inline uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
 
 /// A rank's buffers for zero-copy algorithms, mapped into this process.
 struct PeerBuffers {
