@@ -1,4 +1,4 @@
-// Bandwidth of the CPU reduction kernels, both implementations, against memcpy.
+// Bandwidth of the CPU reduction kernels, every implementation this CPU runs, against memcpy.
 //
 // GB/s counts bytes read plus bytes written (10^9 bytes per second): a 2-source reduce of N bytes
 // per source moves 3N, a memcpy of N bytes 2N. Sizes are per source buffer: 64 KiB stays in L2
@@ -93,9 +93,18 @@ void benchCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes) {
   setRate(state, 2 * bytes);
 }
 
+void benchStreamCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes) {
+  const void* src = buffer(0, bytes);
+  void* dst = buffer(100, bytes);
+  for (auto _ : state) {
+    impl->streamCopy(dst, src, bytes);
+    benchmark::ClobberMemory();
+  }
+  setRate(state, 2 * bytes);
+}
+
 void registerAll() {
-  std::vector<const KernelImpl*> impls{&chorus::kernels::portableKernels()};
-  if (const KernelImpl* a = chorus::kernels::avx2Kernels()) impls.push_back(a);
+  const std::vector<const KernelImpl*> impls = chorus::kernels::availableKernels();
   const DataType types[] = {DataType::Float32, DataType::BFloat16, DataType::Float16, DataType::Float64,
                             DataType::Int8,    DataType::Uint8,    DataType::Int32,   DataType::Uint32,
                             DataType::Int64,   DataType::Uint64};
@@ -130,6 +139,11 @@ void registerAll() {
     for (const KernelImpl* impl : impls) {
       benchmark::RegisterBenchmark((std::string("copy/") + impl->name + "/" + sizeName(bytes)).c_str(),
                                    benchCopy, impl, bytes);
+      // Non-temporal stores at every size (CopyMode::Streaming, which the collectives choose for
+      // outputs of CHORUS_NT_STORE_BYTES and more).
+      benchmark::RegisterBenchmark(
+          (std::string("copy/") + impl->name + "/streaming/" + sizeName(bytes)).c_str(), benchStreamCopy,
+          impl, bytes);
     }
   }
 }

@@ -1,6 +1,7 @@
-// Run-time choice between the portable and the AVX2 + F16C kernels, made once per process.
+// Run-time choice between the portable, AVX2 + F16C and AVX-512 kernels, made once per process.
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
@@ -17,10 +18,24 @@ namespace {
 
 constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &portable::streamCopy};
 constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy};
+constexpr KernelImpl kAvx512{"avx512", &avx512::reduce, &avx512::copy, &avx512::streamCopy};
+constexpr KernelImpl kAvx512Bf16{"avx512+bf16", &avx512bf16::reduce, &avx512bf16::copy,
+                                 &avx512bf16::streamCopy};
+
+// The levels in order; CHORUS_CPU_KERNELS names the highest one allowed.
+constexpr const char* kLevels[] = {"portable", "avx2", "avx512", "avx512bf16"};
 
 const KernelImpl& choose() {
-  if (envConfig().cpuKernels == "portable") return kPortable;
-  return cpuSupportsAvx2() ? kAvx2 : kPortable;
+  const std::string& limit = envConfig().cpuKernels;
+  const KernelImpl* byLevel[] = {&kPortable, avx2Kernels(), avx512Kernels(), avx512Bf16Kernels()};
+  size_t top = std::size(kLevels) - 1;
+  for (size_t i = 0; i < std::size(kLevels); ++i) {
+    if (limit == kLevels[i]) top = i;
+  }
+  for (size_t i = top + 1; i-- > 0;) {
+    if (byLevel[i] != nullptr) return *byLevel[i];
+  }
+  return kPortable;
 }
 
 }  // namespace
@@ -42,9 +57,37 @@ bool cpuSupportsAvx2() {
 #endif
 }
 
+bool cpuSupportsAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // Each "avx512*" test includes the operating system's support for the ZMM and mask state.
+  return cpuSupportsAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+bool cpuSupportsAvx512Bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  return cpuSupportsAvx512() && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 const KernelImpl& portableKernels() { return kPortable; }
 
 const KernelImpl* avx2Kernels() { return cpuSupportsAvx2() ? &kAvx2 : nullptr; }
+const KernelImpl* avx512Kernels() { return cpuSupportsAvx512() ? &kAvx512 : nullptr; }
+const KernelImpl* avx512Bf16Kernels() { return cpuSupportsAvx512Bf16() ? &kAvx512Bf16 : nullptr; }
+
+std::vector<const KernelImpl*> availableKernels() {
+  std::vector<const KernelImpl*> all{&kPortable};
+  for (const KernelImpl* k : {avx2Kernels(), avx512Kernels(), avx512Bf16Kernels()}) {
+    if (k != nullptr) all.push_back(k);
+  }
+  return all;
+}
 
 const KernelImpl& activeKernels() {
   static const KernelImpl& chosen = choose();  // initialised once, thread-safe

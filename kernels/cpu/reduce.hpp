@@ -36,7 +36,7 @@ enum class CopyMode {
 /// src/algorithms/common.hpp).
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Auto);
 
-/// "avx2+f16c" or "portable": the implementation in use.
+/// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();
 
 }  // namespace chorus::kernels

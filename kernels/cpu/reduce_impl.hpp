@@ -1,12 +1,15 @@
 // Templated CPU reduction kernels, compiled once per instruction set.
 //
-// Included by reduce_portable.cpp (the baseline target: SSE2 on x86-64) and reduce_avx2.cpp
-// (-mavx2 -mf16c -mfma). Each defines CHORUS_KERNELS_ISA, the namespace its copy lives in, before
-// including this file. Apart from the two entry points, everything is in an anonymous namespace and
-// no standard-library template is used: the two translation units are compiled for different
+// Included by reduce_portable.cpp (the baseline target: SSE2 on x86-64), reduce_avx2.cpp
+// (-mavx2 -mf16c -mfma), reduce_avx512.cpp (AVX-512 F/BW/VL/DQ as well) and reduce_avx512bf16.cpp
+// (and AVX512_BF16). Each defines CHORUS_KERNELS_ISA, the namespace its copy lives in, before
+// including this file. Apart from the entry points, everything is in an anonymous namespace and
+// no standard-library template is used: the translation units are compiled for different
 // targets, and an inline function or template instantiation shared between them would be kept only
 // once by the linker, possibly in its AVX2 form, which the portable path would then run on CPUs
 // without AVX2. (memcpy/memmove are out-of-line libc calls; type traits generate no code.)
+// The AVX2 and AVX-512 builds share every loop; only the register type of Vec<T> and the vec()
+// overloads of the operations differ.
 //
 // Semantics (see reduce.hpp for the contract):
 // - The reduction order is fixed: ((s0 op s1) op s2) op ... whatever dst aliases, and both
@@ -31,7 +34,7 @@
 #define CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_
 
 #ifndef CHORUS_KERNELS_ISA
-#error "define CHORUS_KERNELS_ISA (portable or avx2) before including reduce_impl.hpp"
+#error "define CHORUS_KERNELS_ISA (portable, avx2, avx512 or avx512bf16) before including reduce_impl.hpp"
 #endif
 
 #include <cstddef>
@@ -46,6 +49,18 @@
 #define CHORUS_KERNELS_VECTOR_AVX2 1
 #else
 #define CHORUS_KERNELS_VECTOR_AVX2 0
+#endif
+#if CHORUS_KERNELS_VECTOR_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__)
+#define CHORUS_KERNELS_VECTOR_AVX512 1
+#else
+#define CHORUS_KERNELS_VECTOR_AVX512 0
+#endif
+// vcvtneps2bf16: float32 -> bfloat16 in one instruction (guarded: it flushes subnormals).
+#if CHORUS_KERNELS_VECTOR_AVX512 && defined(__AVX512BF16__)
+#define CHORUS_KERNELS_NATIVE_BF16 1
+#else
+#define CHORUS_KERNELS_NATIVE_BF16 0
 #endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -179,6 +194,10 @@ struct OpSum {
   static __m256 vec(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
   static __m256d vec(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
 #endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  static __m512 vec(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512d vec(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+#endif
 };
 
 struct OpProd {
@@ -196,6 +215,10 @@ struct OpProd {
 #if CHORUS_KERNELS_VECTOR_AVX2
   static __m256 vec(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
   static __m256d vec(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
+#endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  static __m512 vec(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512d vec(__m512d a, __m512d b) { return _mm512_mul_pd(a, b); }
 #endif
 };
 
@@ -218,6 +241,15 @@ struct OpMax {
     return _mm256_blendv_pd(_mm256_max_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
   }
 #endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  // The same with a mask: vmaxps returns b when either is NaN; then a where a is NaN.
+  static __m512 vec(__m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_max_ps(a, b), a);
+  }
+  static __m512d vec(__m512d a, __m512d b) {
+    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), _mm512_max_pd(a, b), a);
+  }
+#endif
 };
 
 struct OpMin {
@@ -238,6 +270,14 @@ struct OpMin {
     return _mm256_blendv_pd(_mm256_min_pd(a, b), a, _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
   }
 #endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  static __m512 vec(__m512 a, __m512 b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), _mm512_min_ps(a, b), a);
+  }
+  static __m512d vec(__m512d a, __m512d b) {
+    return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), _mm512_min_pd(a, b), a);
+  }
+#endif
 };
 
 // ---- Finishing step applied to the last combination (Avg's division, or nothing) ----------------
@@ -251,6 +291,10 @@ struct NoFinish {
 #if CHORUS_KERNELS_VECTOR_AVX2
   __m256 vec(__m256 v) const { return v; }
   __m256d vec(__m256d v) const { return v; }
+#endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  __m512 vec(__m512 v) const { return v; }
+  __m512d vec(__m512d v) const { return v; }
 #endif
 };
 
@@ -285,6 +329,10 @@ struct DivFinish {
   __m256 vec(__m256 v) const { return _mm256_div_ps(v, _mm256_set1_ps(float(divisor))); }
   __m256d vec(__m256d v) const { return _mm256_div_pd(v, _mm256_set1_pd(double(divisor))); }
 #endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  __m512 vec(__m512 v) const { return _mm512_div_ps(v, _mm512_set1_ps(float(divisor))); }
+  __m512d vec(__m512d v) const { return _mm512_div_pd(v, _mm512_set1_pd(double(divisor))); }
+#endif
 };
 
 // ---- AVX2 loads and stores ---------------------------------------------------------------------
@@ -296,7 +344,126 @@ struct DivFinish {
 // loops of one reduction all walk the same unit grid (and leave the same remainder to scalar
 // code), so the permutation is undone by the final bfloat16 store.
 
-#if CHORUS_KERNELS_VECTOR_AVX2
+#if CHORUS_KERNELS_VECTOR_AVX512
+// AVX-512: units of two 512-bit registers (32 float-like elements, 16 float64), in element order
+// for every type (bfloat16 widens with vpmovzxwd, no even/odd split).
+template <typename T>
+struct Vec {
+  static constexpr bool kOk = false;
+};
+template <>
+struct Vec<float> {
+  static constexpr bool kOk = true;
+  using V = __m512;
+  static constexpr size_t kUnit = 32;
+  static void load(const float* p, V& lo, V& hi) {
+    lo = _mm512_loadu_ps(p);
+    hi = _mm512_loadu_ps(p + 16);
+  }
+  template <bool kExact = false>
+  static void store(float* p, V lo, V hi) {
+    _mm512_storeu_ps(p, lo);
+    _mm512_storeu_ps(p + 16, hi);
+  }
+};
+template <>
+struct Vec<double> {
+  static constexpr bool kOk = true;
+  using V = __m512d;
+  static constexpr size_t kUnit = 16;
+  static void load(const double* p, V& lo, V& hi) {
+    lo = _mm512_loadu_pd(p);
+    hi = _mm512_loadu_pd(p + 8);
+  }
+  template <bool kExact = false>
+  static void store(double* p, V lo, V hi) {
+    _mm512_storeu_pd(p, lo);
+    _mm512_storeu_pd(p + 8, hi);
+  }
+};
+template <>
+struct Vec<Half> {
+  static constexpr bool kOk = true;
+  using V = __m512;
+  static constexpr size_t kUnit = 32;
+  static void load(const Half* p, V& lo, V& hi) {
+    lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+  // vcvtps2ph rounds to nearest even and keeps subnormals (MXCSR's FTZ does not apply to it), as
+  // F16C's does: the same results as the AVX2 and portable builds.
+  template <bool kExact = false>
+  static void store(Half* p, V lo, V hi) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), _mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+template <>
+struct Vec<BFloat16> {
+  static constexpr bool kOk = true;
+  using V = __m512;
+  static constexpr size_t kUnit = 32;
+  static V widen(const BFloat16* p) {
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  }
+  static void load(const BFloat16* p, V& lo, V& hi) {
+    lo = widen(p);
+    hi = widen(p + 16);
+  }
+  // The top halves, narrowed (exact for values that are bfloat16 already).
+  static __m256i truncate(V v) {
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+  }
+  // float32 -> bfloat16 with integer operations, as floatToBf16: round to nearest even (a carry
+  // reaches the exponent, and infinity at the top); NaN keeps sign and top payload, made quiet.
+  static __m256i round(V v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  }
+#if CHORUS_KERNELS_NATIVE_BF16
+  // vcvtneps2bf16 rounds and quiets NaN exactly as round() but turns float32 subnormals into zero:
+  // used only where neither register holds one (exponent 0, mantissa not).
+  static bool hasSubnormal(V v) {
+    const __m512i u = _mm512_castps_si512(v);
+    return (_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+            _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff))) != 0;
+  }
+  static __m256i native(V v) { return __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)); }
+#endif
+  template <bool kExact = false>
+  static void store(BFloat16* p, V lo, V hi) {
+    __m256i a, b;
+    // kExact (Max/Min: every value is a widened bfloat16): truncation is exact, except that a NaN
+    // must come back quiet, which round() does.
+    if (kExact && __builtin_expect(_mm512_cmp_ps_mask(lo, hi, _CMP_UNORD_Q) == 0, 1)) {
+      a = truncate(lo);
+      b = truncate(hi);
+    } else if constexpr (kExact) {
+      a = round(lo);
+      b = round(hi);
+    } else {
+#if CHORUS_KERNELS_NATIVE_BF16
+      if (__builtin_expect(!hasSubnormal(lo) && !hasSubnormal(hi), 1)) {
+        a = native(lo);
+        b = native(hi);
+      } else {
+        a = round(lo);
+        b = round(hi);
+      }
+#else
+      a = round(lo);
+      b = round(hi);
+#endif
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), b);
+  }
+};
+#elif CHORUS_KERNELS_VECTOR_AVX2
 template <typename T>
 struct Vec {
   static constexpr bool kOk = false;
@@ -627,8 +794,39 @@ void reduceTyped(void* dstv, const void* const* srcs, int nsrcs, size_t count, R
 
 }  // namespace
 
+#if defined(__SSE2__)
+namespace {
+
+// One 64-byte line, loaded and stored with non-temporal stores (d 64-byte aligned).
+inline void streamLine(unsigned char* d, const unsigned char* s) {
+#if CHORUS_KERNELS_VECTOR_AVX512
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_loadu_si512(s));
+#elif CHORUS_KERNELS_VECTOR_AVX2
+  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32));
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(d), x0);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), x1);
+#else
+  const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+  const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d), x0);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), x1);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), x2);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), x3);
+#endif
+}
+
+constexpr size_t kPageBytes = 4096;
+
+}  // namespace
+#endif
+
 // Copy with non-temporal stores: align the destination to 64 bytes, stream whole 64-byte lines,
-// fence, copy the tail.
+// fence, copy the tail. Blocks of four pages go a line of each page in turn, as glibc's large
+// memcpy does: four store streams keep more of the write-combining buffers and DRAM rows busy than
+// one (bench_kernels copy/streaming; docs/performance.md has the figures).
 void streamCopy(void* dstv, const void* srcv, size_t bytes) {
 #if defined(__SSE2__)
   auto* d = static_cast<unsigned char*>(dstv);
@@ -639,23 +837,16 @@ void streamCopy(void* dstv, const void* srcv, size_t bytes) {
   s += head;
   bytes -= head;
   const size_t body = bytes & ~size_t(63);
-  for (size_t i = 0; i < body; i += 64) {
-#if CHORUS_KERNELS_VECTOR_AVX2
-    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), x0);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), x1);
-#else
-    const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), x0);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), x1);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), x2);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), x3);
-#endif
+  size_t i = 0;
+  for (; i + 4 * kPageBytes <= body; i += 4 * kPageBytes) {
+    for (size_t o = 0; o < kPageBytes; o += 64) {
+      streamLine(d + i + o, s + i + o);
+      streamLine(d + i + kPageBytes + o, s + i + kPageBytes + o);
+      streamLine(d + i + 2 * kPageBytes + o, s + i + 2 * kPageBytes + o);
+      streamLine(d + i + 3 * kPageBytes + o, s + i + 3 * kPageBytes + o);
+    }
   }
+  for (; i < body; i += 64) streamLine(d + i, s + i);
   _mm_sfence();
   std::memcpy(d + body, s + body, bytes - body);
 #else
@@ -701,5 +892,8 @@ void copy(void* dst, const void* src, size_t bytes) {
 }  // namespace chorus::kernels::CHORUS_KERNELS_ISA
 
 #undef CHORUS_KERNELS_IVDEP
+#undef CHORUS_KERNELS_VECTOR_AVX2
+#undef CHORUS_KERNELS_VECTOR_AVX512
+#undef CHORUS_KERNELS_NATIVE_BF16
 
 #endif  // CHORUS_KERNELS_CPU_REDUCE_IMPL_HPP_

@@ -257,10 +257,11 @@ const Setting kSettings[] = {
        return true;
      },
      showSize<&EnvConfig::flightRecorderEntries>},
-    // "portable" forces the portable reduction kernels (default: the best the CPU runs).
-    {"CHORUS_CPU_KERNELS", "must be portable or auto",
+    // The most demanding CPU kernels to use, of portable < avx2 < avx512 < avx512bf16; the
+    // default, auto, is the best the CPU runs.
+    {"CHORUS_CPU_KERNELS", "must be portable, avx2, avx512, avx512bf16 or auto",
      [](const std::string& s, EnvConfig& c) {
-       if (s != "portable" && s != "auto") return false;
+       if (s != "portable" && s != "avx2" && s != "avx512" && s != "avx512bf16" && s != "auto") return false;
        c.cpuKernels = s;
        return true;
      },

@@ -87,7 +87,8 @@ TEST(Config, MalformedValuesAreNamedWithWhatIsWrong) {
       {"CHORUS_IB_PORT", "0", "CHORUS_IB_PORT='0' must be a number from 1 to 255"},
       {"CHORUS_CUDA_LL_BYTES", "2M",
        "CHORUS_CUDA_LL_BYTES='2M' must be a size of at most 1M (0 turns LL off)"},
-      {"CHORUS_CPU_KERNELS", "avx9", "CHORUS_CPU_KERNELS='avx9' must be portable or auto"},
+      {"CHORUS_CPU_KERNELS", "avx9",
+       "CHORUS_CPU_KERNELS='avx9' must be portable, avx2, avx512, avx512bf16 or auto"},
   };
   const EnvConfig d;
   for (const Case& k : cases) {

@@ -1,5 +1,6 @@
-// Tests of the CPU reduction kernels (kernels/cpu): both implementations (portable and AVX2 + F16C,
-// the latter where the CPU has it) against a scalar reference, exactly.
+// Tests of the CPU reduction kernels (kernels/cpu): every implementation (portable, AVX2 + F16C,
+// AVX-512 and AVX-512 with AVX512_BF16, each where the CPU has it) against a scalar reference,
+// exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,17 +26,28 @@ namespace {
 
 // ---- Implementations under test ------------------------------------------------------------------
 
-enum class ImplKind { Portable, Avx2 };
+enum class ImplKind { Portable, Avx2, Avx512, Avx512Bf16 };
 
-const KernelImpl* implOf(ImplKind k) { return k == ImplKind::Portable ? &portableKernels() : avx2Kernels(); }
-
-const char* implName(ImplKind k) { return k == ImplKind::Portable ? "portable" : "avx2"; }
-
-std::vector<const KernelImpl*> availableImpls() {
-  std::vector<const KernelImpl*> v{&portableKernels()};
-  if (const KernelImpl* a = avx2Kernels()) v.push_back(a);
-  return v;
+const KernelImpl* implOf(ImplKind k) {
+  switch (k) {
+    case ImplKind::Portable:
+      return &portableKernels();
+    case ImplKind::Avx2:
+      return avx2Kernels();
+    case ImplKind::Avx512:
+      return avx512Kernels();
+    case ImplKind::Avx512Bf16:
+      return avx512Bf16Kernels();
+  }
+  return nullptr;
 }
+
+const char* implName(ImplKind k) {
+  static const char* const kNames[] = {"portable", "avx2", "avx512", "avx512bf16"};
+  return kNames[static_cast<int>(k)];
+}
+
+std::vector<const KernelImpl*> availableImpls() { return availableKernels(); }
 
 const char* typeName(DataType t) {
   static const char* const kNames[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
@@ -332,7 +344,7 @@ class ReduceMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(ReduceMatrix, MatchesReference) {
   const auto [kind, type, op] = GetParam();
   const KernelImpl* impl = implOf(kind);
-  if (impl == nullptr) GTEST_SKIP() << "CPU lacks AVX2/F16C/FMA";
+  if (impl == nullptr) GTEST_SKIP() << "this CPU cannot run the " << implName(kind) << " kernels";
   switch (type) {
     case DataType::Int8:
       return checkMatrix<int8_t>(*impl, op);
@@ -359,12 +371,12 @@ TEST_P(ReduceMatrix, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllTypesOps, ReduceMatrix,
-    ::testing::Combine(::testing::Values(ImplKind::Portable, ImplKind::Avx2),
-                       ::testing::Values(DataType::Int8, DataType::Uint8, DataType::Int32, DataType::Uint32,
-                                         DataType::Int64, DataType::Uint64, DataType::Float16,
-                                         DataType::Float32, DataType::Float64, DataType::BFloat16),
-                       ::testing::Values(ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min,
-                                         ReduceOp::Avg)),
+    ::testing::Combine(
+        ::testing::Values(ImplKind::Portable, ImplKind::Avx2, ImplKind::Avx512, ImplKind::Avx512Bf16),
+        ::testing::Values(DataType::Int8, DataType::Uint8, DataType::Int32, DataType::Uint32, DataType::Int64,
+                          DataType::Uint64, DataType::Float16, DataType::Float32, DataType::Float64,
+                          DataType::BFloat16),
+        ::testing::Values(ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg)),
     [](const ::testing::TestParamInfo<MatrixParam>& p) {
       return std::string(implName(std::get<0>(p.param))) + "_" + typeName(std::get<1>(p.param)) + "_" +
              opName(std::get<2>(p.param));
@@ -519,6 +531,30 @@ TEST(ReduceBFloat16, RoundsToNearestEven) {
   expectReduce<BFloat16>({BFloat16{0x0001}, BFloat16{0x3f00}}, ReduceOp::Prod,
                          BFloat16{0x0000});  // subnormal tie
   expectReduce<BFloat16>({BFloat16{0x0003}, BFloat16{0x3f00}}, ReduceOp::Prod, BFloat16{0x0002});
+}
+
+// bfloat16 results that are float32 subnormals: the native conversion (vcvtneps2bf16, in the
+// avx512+bf16 kernels) would flush them to zero, so they take the integer rounding; a vector with
+// one such lane among normal ones included. Every implementation agrees with the portable one.
+TEST(ReduceBFloat16, SubnormalResultsKeptByEveryImplementation) {
+  expectReduce<BFloat16>({BFloat16{0x0001}, BFloat16{0x0001}}, ReduceOp::Sum, BFloat16{0x0002}, 0, 100);
+  expectReduce<BFloat16>({BFloat16{0x8003}, BFloat16{0x0001}}, ReduceOp::Sum, BFloat16{0x8002}, 0, 100);
+  expectReduce<BFloat16>({BFloat16{0x0040}, BFloat16{0x0040}}, ReduceOp::Avg, BFloat16{0x0040}, 2, 100);
+  constexpr size_t kCount = 1000;
+  for (size_t lane : {size_t(0), size_t(17), size_t(31), size_t(64), size_t(999)}) {
+    std::vector<BFloat16> a(kCount, BFloat16{0x3f80}), b(kCount, BFloat16{0x3e00});
+    a[lane] = BFloat16{0x0005};
+    b[lane] = BFloat16{0x0002};
+    const void* srcs[2] = {a.data(), b.data()};
+    std::vector<BFloat16> want(kCount), got(kCount);
+    portableKernels().reduce(want.data(), srcs, 2, kCount, DataType::BFloat16, ReduceOp::Sum, 0);
+    ASSERT_EQ(want[lane].bits, 0x0007);
+    for (const KernelImpl* impl : availableImpls()) {
+      impl->reduce(got.data(), srcs, 2, kCount, DataType::BFloat16, ReduceOp::Sum, 0);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i].bits, want[i].bits) << impl->name << " element " << i;
+    }
+  }
 }
 
 // Every fp16/bf16 pattern through max(x, x): widening then narrowing is the identity, except that a
@@ -745,10 +781,14 @@ TEST(ReduceAgreement, ImplementationsBitwiseEqualOnRandomFloats) {
         srcs.push_back(type == DataType::Float32 ? static_cast<const void*>(s[k].data()) : s16[k].data());
       }
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg}) {
-        std::vector<uint32_t> out0(kCount), out1(kCount);
+        std::vector<uint32_t> out0(kCount);
         impls[0]->reduce(out0.data(), srcs.data(), nsrcs, kCount, type, op, 7);
-        impls[1]->reduce(out1.data(), srcs.data(), nsrcs, kCount, type, op, 7);
-        ASSERT_EQ(out0, out1) << typeName(type) << " " << opName(op) << " nsrcs=" << nsrcs;
+        for (size_t k = 1; k < impls.size(); ++k) {
+          std::vector<uint32_t> out(kCount);
+          impls[k]->reduce(out.data(), srcs.data(), nsrcs, kCount, type, op, 7);
+          ASSERT_EQ(out0, out) << impls[k]->name << " " << typeName(type) << " " << opName(op)
+                               << " nsrcs=" << nsrcs;
+        }
       }
     }
   }
@@ -787,7 +827,11 @@ TEST(Copy, AllSizesAndAlignments) {
 TEST(Dispatch, SimdLevelMatchesCpu) {
   const char* forced = std::getenv("CHORUS_CPU_KERNELS");
   const bool portableForced = forced != nullptr && std::string(forced) == "portable";
-  const std::string want = cpuSupportsAvx2() && !portableForced ? "avx2+f16c" : "portable";
+  const std::string want = portableForced            ? "portable"
+                           : cpuSupportsAvx512Bf16() ? "avx512+bf16"
+                           : cpuSupportsAvx512()     ? "avx512"
+                           : cpuSupportsAvx2()       ? "avx2+f16c"
+                                                     : "portable";
   EXPECT_EQ(simdLevel(), want);
   EXPECT_STREQ(activeKernels().name, simdLevel());
 }
@@ -801,6 +845,19 @@ TEST(DispatchDeathTest, EnvironmentForcesPortable) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "level=portable");
+}
+
+// CHORUS_CPU_KERNELS=avx2 caps the choice at AVX2 on a CPU with AVX-512.
+TEST(DispatchDeathTest, EnvironmentCapsTheLevel) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string want = cpuSupportsAvx2() ? "avx2\\+f16c" : "portable";  // a regular expression
+  EXPECT_EXIT(
+      {
+        setenv("CHORUS_CPU_KERNELS", "avx2", 1);
+        std::fprintf(stderr, "level=%s.\n", simdLevel());
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "level=" + want + "\\.");
 }
 
 TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
