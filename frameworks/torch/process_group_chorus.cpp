@@ -1592,7 +1592,7 @@ class ProcessGroupChorus : public c10d::Backend {
                                          std::function<void(chorusComm_t)> body) {
     const std::chrono::milliseconds timeout = call.timeout;
     TORCH_CHECK(comm_ != nullptr, "chorus: the process group was aborted or shut down");
-    const at::Device device = deviceOf(inputs, outputs, title);
+    [[maybe_unused]] const at::Device device = deviceOf(inputs, outputs, title);
 #ifdef CHORUS_TORCH_CUDA
     if (device.is_cuda())
       return enqueueCuda(type, title, inputs, std::move(outputs), device, std::move(body));
