@@ -46,6 +46,8 @@ bool configOk(const char* call, const ncclConfig_t* config, ncclResult_t* out);
 
 /// cudaPointerGetAttributes says device or managed memory (false without CUDA or a GPU).
 bool isDeviceMemory(const void* p);
+/// Host buffers with a NULL stream (gather, scatter, registration); otherwise false with *out set.
+bool hostOnly(const char* call, cudaStream_t stream, const void* a, const void* b, ncclResult_t* out);
 /// A data type Chorus takes; otherwise false with *out set (float8 types are refused).
 bool typeOk(const char* call, ncclDataType_t t, ncclResult_t* out);
 /// Bytes of one element of `t`.
