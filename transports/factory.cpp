@@ -178,6 +178,7 @@ std::unique_ptr<ShmGroup> makeShmGroup(Store& store, const std::string& tag, con
   shm.stageBytes = options.stageBytes;
   shm.timeout = options.timeout;
   shm.throwIfPeerFailed = options.throwIfPeerFailed;
+  shm.noPeerReads = options.noPeerReads;
   int index = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const size_t r = static_cast<size_t>(ranks[i]);

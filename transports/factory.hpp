@@ -44,6 +44,8 @@ struct ConnectOptions {
   /// Testing and measurements (Config::transport "tcp"): no shared memory; every other rank through
   /// the TCP transport (over loopback when every rank is on this host), whatever `net` says.
   bool tcpOnly = false;
+  /// Why this rank offers no in-place reads of its host peers' ordinary memory ("" = it offers them).
+  std::string noPeerReads;
   /// Throws the failure a peer published, if one did (called when a peer is found gone in set-up).
   std::function<void()> throwIfPeerFailed;
 };

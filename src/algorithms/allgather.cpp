@@ -14,12 +14,14 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
   const kernels::CopyMode store = outputCopyMode(static_cast<size_t>(n) * op.count * elem);
   std::vector<engine::PeerBuffers> peers;
-  if (tryZeroCopy(ctx, op.count * elem, op.send, op.count * elem, op.recv, 0, peers)) {
-    // Zero copy: every rank copies the peers' inputs straight into its output.
+  if (trySingleCopy(ctx, op.kind, op.count * elem, static_cast<size_t>(n) * op.count * elem, op.send,
+                    op.count * elem, op.recv, 0, peers)) {
+    // Zero or single copy: every rank copies the peers' inputs straight into its output.
     for (int k = 0; k < n; ++k) {
       if (k == me && inPlace) continue;
-      kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count, elem), peers[static_cast<size_t>(k)].send,
-                    op.count * elem, store);
+      shared(ctx).readPeer(k, peers[static_cast<size_t>(k)],
+                           at(op.recv, static_cast<size_t>(k) * op.count, elem),
+                           peers[static_cast<size_t>(k)].send, op.count * elem, store);
     }
     shared(ctx).syncAll();  // nobody reads this rank's input any more
     return;

@@ -8,11 +8,25 @@
 namespace chorus::algo {
 
 // In place is safe: a chunk is fully staged by every rank before anyone writes that chunk's output.
+// Single copy only where no rank works in place (a peer would read blocks this rank overwrites).
 void allToAllDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   transport::ShmGroup& shm = shared(ctx).group();
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
+  const size_t all = static_cast<size_t>(n) * op.count * elem;
+  std::vector<engine::PeerBuffers> peers;
+  if (trySingleCopy(ctx, op.kind, op.count * elem, all, op.send, all, op.recv, all, peers) &&
+      std::none_of(peers.begin(), peers.end(), [](const engine::PeerBuffers& p) { return p.inPlace; })) {
+    const kernels::CopyMode out = outputCopyMode(all);
+    for (int k = 0; k < n; ++k) {
+      const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
+      shared(ctx).readPeer(k, p, at(op.recv, static_cast<size_t>(k) * op.count, elem),
+                           p.send + static_cast<size_t>(me) * op.count * elem, op.count * elem, out);
+    }
+    shared(ctx).syncAll();  // nobody reads this rank's input any more
+    return;
+  }
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   const kernels::CopyMode store =
       outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);

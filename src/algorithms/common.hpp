@@ -79,6 +79,13 @@ inline kernels::CopyMode outputCopyMode(size_t bytes, bool overwritesInput = fal
 /// than the copy through the staging area that it saves.
 constexpr size_t kZeroCopyMinBytes = size_t{64} << 10;
 
+/// Whether reading peers' ordinary buffers in place (trySingleCopy) beats staging them for a call
+/// of `kind` with a message of `messageBytes` (the per-rank block for all-gather and all-to-all,
+/// the buffer for broadcast) and `outputBytes` per rank (single_copy.cpp has the measurements).
+/// CHORUS_CMA=0: never; CHORUS_CMA=<size>: from that message size up, for every collective that
+/// has a single-copy path (all-gather, broadcast, all-to-all).
+bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes);
+
 /// ShmSync::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
 /// message is too small or zero copy is off.
 inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, size_t sendBytes, void* recv,
@@ -86,6 +93,20 @@ inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, siz
   engine::ShmSync& sm = shared(ctx);
   if (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled()) return false;
   return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers);
+}
+
+/// Single copy: zero copy, or else (every rank able to read every peer process's memory, and
+/// singleCopyPays) the peers' ordinary buffers read in place: directly between ranks of one
+/// process, by cross-memory attach between processes. The caller reads peers' buffers only
+/// through ShmSync::readPeer and synchronises once more before returning (nobody may reuse a
+/// buffer a peer still reads). The same answer on every rank.
+inline bool trySingleCopy(Context& ctx, OpKind kind, size_t messageBytes, size_t outputBytes,
+                          const void* send, size_t sendBytes, void* recv, size_t recvBytes,
+                          std::vector<engine::PeerBuffers>& peers) {
+  engine::ShmSync& sm = shared(ctx);
+  const bool ordinary = sm.peerReadsEnabled() && singleCopyPays(kind, messageBytes, outputBytes);
+  if (!ordinary && (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled())) return false;
+  return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary);
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

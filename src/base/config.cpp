@@ -193,6 +193,21 @@ const Setting kSettings[] = {
      sizeIn<&EnvConfig::ntStoreBytes, 0, SIZE_MAX>, showSize<&EnvConfig::ntStoreBytes>},
     // 0: never read peers' chorusMemAlloc buffers in place. Config::zeroCopy.
     {"CHORUS_ZERO_COPY", "must be 0 or 1", flag<&EnvConfig::zeroCopy>, showFlag<&EnvConfig::zeroCopy>},
+    // Single copy of ordinary buffers between processes: 0 off, 1 or auto (each collective's own
+    // threshold), or a size: the smallest message read in place, for every collective.
+    {"CHORUS_CMA", "must be 0, 1, auto or a size such as 256K",
+     [](const std::string& s, EnvConfig& c) {
+       c.cma = s != "0";
+       c.cmaMinBytes = 0;
+       if (s == "0" || s == "1" || s == "auto") return true;
+       auto b = parseByteSize(s);
+       if (!b || *b < 2) return false;
+       c.cmaMinBytes = *b;
+       return true;
+     },
+     [](const EnvConfig& c) {
+       return !c.cma ? std::string("0") : c.cmaMinBytes ? std::to_string(c.cmaMinBytes) : std::string("auto");
+     }},
     // Testing: the ranks of one host play this many hosts (0 = off). Config::virtualHosts.
     {"CHORUS_VIRTUAL_HOSTS", "must be a number of hosts (0 = off)", intIn<&EnvConfig::virtualHosts, 0, 65536>,
      showInt<&EnvConfig::virtualHosts>},

@@ -28,6 +28,10 @@ struct EnvConfig {
   size_t ntStoreBytes = size_t{4} << 20;
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
+  /// CHORUS_CMA: collectives read peers' ordinary buffers in place (cross-memory attach) where the
+  /// system allows it, from cmaMinBytes per message, or (0) from each collective's own threshold.
+  bool cma = true;
+  size_t cmaMinBytes = 0;
   /// Testing and validation: ranks of one host split into this many emulated hosts (0/1: off).
   int virtualHosts = 0;
   /// Transport between hosts ("" = the best available) and the TCP transport's settings.

@@ -174,6 +174,13 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     if (rank_ == 0) logInfo(Subsys::Tuning, "cost model: ", model_->describe());
   }
   commId_ = id;
+  // More ranks on this host than cores we may run on: waiting ranks yield at once instead of
+  // spinning, and ordinary buffers are staged (single copy makes every rank wait for all).
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  int localRanks = 0;
+  for (const HostIdentity& h : hosts_) localRanks += h.sameHost(me) ? 1 : 0;
   {
     transport::ConnectOptions options;
     options.commId = id;
@@ -186,6 +193,11 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.timeout = timeout;
     options.net = config_.net;
     options.tcpOnly = config_.transport == "tcp";
+    options.noPeerReads =
+        !envConfig().cma ? std::string("CHORUS_CMA=0")
+        : localRanks > cores && envConfig().cmaMinBytes == 0  // a size forces it
+            ? strCat(localRanks, " ranks share its ", cores, " cores (measured: staging is faster then)")
+            : std::string();
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);
     if (transport::ShmGroup* group = peers_->shm()) {
@@ -193,10 +205,6 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
           *group, [this] { return makeWaiter(); }, [this] { return runningWhat(); }, zeroCopy_);
     }
   }
-  // More ranks on this host than cores we may run on: waiting ranks yield at once instead of spinning.
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   if (size_ > cores) spinPolls_ = 0;
   peerPidfds_.assign(static_cast<size_t>(size_), -1);
   for (int r = 0; r < size_; ++r) {

@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "base/tsan_sync.hpp"
+#include "transports/shm/peer_memory.hpp"
 
 namespace chorus::engine {
 
@@ -136,72 +137,101 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                              std::vector<PeerBuffers>& peers) {
-  if (!zeroCopy_) return false;
+                              std::vector<PeerBuffers>& peers, bool ordinaryToo) {
+  ordinaryToo = ordinaryToo && peerReadsEnabled();
+  if (!zeroCopy_ && !ordinaryToo) return false;
   const int n = size(), me = rank();
   const uint64_t seq = ++bufferSeq_;
-  transport::SharedBufferRef s, r;
-  if (sendBytes) s = transport::findShared(send, sendBytes);
-  if (recvBytes) r = transport::findShared(recv, recvBytes);
+  transport::PublishedBuffers own;
+  if (zeroCopy_ && sendBytes) own.send = transport::findShared(send, sendBytes);
+  if (zeroCopy_ && recvBytes) own.recv = transport::findShared(recv, recvBytes);
+  own.sendAddress = reinterpret_cast<uintptr_t>(send);
+  own.recvAddress = reinterpret_cast<uintptr_t>(recv);
   // The call travels with the buffers: a peer in another call (kind, count, type, op, root) would
   // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
-  const transport::CallFingerprint call = inCall_ ? call_ : transport::CallFingerprint{};
-  const bool mine = (!sendBytes || s.valid()) && (!recvBytes || r.valid());
+  own.call = inCall_ ? call_ : transport::CallFingerprint{};
+  own.usable = zeroCopy_ && (!sendBytes || own.send.valid()) && (!recvBytes || own.recv.valid());
   tsanReleaseShm();
-  group_.publishBuffers(seq, s, r, mine, call);
+  group_.publishBuffers(seq, own);
   // Zero copy needs every rank's buffers: a rank whose own are ordinary memory knows the answer and
   // goes on at once (its peers read it in its slot), so buffers in ordinary memory, the common case,
-  // cost no synchronisation. Only ranks whose buffers are all shared wait for every peer's slot.
-  if (!mine) return false;
+  // cost no synchronisation. Only ranks whose buffers are all shared wait for every peer's slot, and
+  // every rank where ordinary buffers can be read in place too (single copy).
+  if (!own.usable && !ordinaryToo) return false;
   awaitBuffers(seq);
-  std::vector<transport::SharedBufferRef> sends(static_cast<size_t>(n)), recvs(sends.size());
+  std::vector<transport::PublishedBuffers> theirs(static_cast<size_t>(n));
   bool allUsable = true;
   std::string differ;
   for (int k = 0; k < n; ++k) {
-    bool usable = false;
-    transport::CallFingerprint theirs;
-    if (!group_.buffers(k, seq, &sends[static_cast<size_t>(k)], &recvs[static_cast<size_t>(k)], &usable,
-                        &theirs)) {
+    transport::PublishedBuffers& b = theirs[static_cast<size_t>(k)];
+    if (!group_.buffers(k, seq, &b)) {
       fail(chorusInvalidUsage, strCat("rank ", me, ": ", what_(), ": rank ", k,
                                       " is not in the same collective (it published another buffer exchange "
                                       "than #",
                                       seq, "): mismatched calls"));
     }
-    if (!(theirs == call))
-      differ += strCat(differ.empty() ? "" : "; ", "rank ", k, " called ", describeCall(theirs));
-    allUsable = allUsable && usable;
+    if (!(b.call == own.call))
+      differ += strCat(differ.empty() ? "" : "; ", "rank ", k, " called ", describeCall(b.call));
+    allUsable = allUsable && b.usable;
   }
   if (!differ.empty()) {
     fail(chorusInvalidUsage,
-         strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(call), " but ",
+         strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(own.call), " but ",
                 differ, " (found by the zero-copy buffer exchange)"));
   }
-  if (!allUsable) return false;
+  if (!allUsable && !ordinaryToo) return false;
   peers.assign(static_cast<size_t>(n), PeerBuffers{});
   for (int k = 0; k < n; ++k) {
     PeerBuffers& p = peers[static_cast<size_t>(k)];
-    if (k == me) {
-      p.send = static_cast<const std::byte*>(send);
-      p.recv = static_cast<std::byte*>(recv);
+    const transport::PublishedBuffers& b = theirs[static_cast<size_t>(k)];
+    p.inPlace = b.sendAddress == b.recvAddress;
+    p.mapped = allUsable;
+    if (k == me || (!allUsable && group_.remotePid(k) == 0)) {
+      // This rank's own buffers, or (single copy) those of a rank of this process.
+      p.send = reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(b.sendAddress));
+      p.recv = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(b.recvAddress));
       continue;
     }
-    const auto& sk = sends[static_cast<size_t>(k)];
-    const auto& rk = recvs[static_cast<size_t>(k)];
+    if (!allUsable) {
+      // Single copy: addresses in the peer's process, for readPeer.
+      p.send = reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(b.sendAddress));
+      p.recv = reinterpret_cast<std::byte*>(static_cast<uintptr_t>(b.recvAddress));
+      p.pid = group_.remotePid(k);
+      continue;
+    }
     try {
-      if (sk.valid()) p.send = peerMappings_.map(sk, k);
-      if (rk.valid()) p.recv = peerMappings_.map(rk, k);
+      if (b.send.valid()) p.send = peerMappings_.map(b.send, k);
+      if (b.recv.valid()) p.recv = peerMappings_.map(b.recv, k);
     } catch (const Error& e) {
-      // A peer that failed first (and exited, taking its buffers along) says why.
-      std::string text;
-      chorusResult_t code = chorusRemoteError;
-      if (const int peer = group_.findPeerFailure(&code, &text); peer >= 0) {
-        fail(chorusRemoteError,
-             strCat("rank ", me, ": ", what_(), " stopped: rank ", peer, " failed: ", text));
-      }
-      fail(e.code(), strCat("rank ", me, ": ", what_(), " stopped: ", e.what()));
+      failNamingPeer(e);
     }
   }
   return true;
+}
+
+void ShmSync::failNamingPeer(const Error& e) {
+  // A peer that failed first (and exited, taking its buffers along) says why.
+  std::string text;
+  chorusResult_t code = chorusRemoteError;
+  if (const int peer = group_.findPeerFailure(&code, &text); peer >= 0) {
+    fail(chorusRemoteError,
+         strCat("rank ", rank(), ": ", what_(), " stopped: rank ", peer, " failed: ", text));
+  }
+  fail(e.code(), strCat("rank ", rank(), ": ", what_(), " stopped: ", e.what()));
+}
+
+void ShmSync::readPeer(int peer, const PeerBuffers& p, void* dst, const std::byte* src, size_t bytes,
+                       kernels::CopyMode mode) {
+  if (p.pid == 0) {
+    kernels::copy(dst, src, bytes, mode);
+    return;
+  }
+  try {
+    const std::string what = strCat("rank ", peer);
+    transport::readPeerMemory(p.pid, dst, reinterpret_cast<uintptr_t>(src), bytes, what.c_str());
+  } catch (const Error& e) {
+    failNamingPeer(e);
+  }
 }
 
 void ShmSync::awaitBuffers(uint64_t seq) {

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "base/op.hpp"
 #include "engine/waiter.hpp"
+#include "kernels/cpu/reduce.hpp"
 #include "transports/shm/shm_group.hpp"
 #include "transports/shm/shm_memory.hpp"
 
@@ -49,10 +51,15 @@ inline uint64_t callHash(const transport::CallFingerprint& f) {
 /// and every sync flag's.
 inline uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 16) % 0xFFFF); }
 
-/// A rank's buffers for zero-copy algorithms, mapped into this process.
+/// A rank's buffers for zero-copy and single-copy algorithms: addresses in this process (`pid` 0:
+/// a chorusMemAlloc buffer mapped here, or a rank of this process), or in process `pid` (another
+/// process's ordinary memory), which only ShmSync::readPeer may read.
 struct PeerBuffers {
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
+  int pid = 0;
+  bool inPlace = false;  // the rank's send and receive buffers start at one address
+  bool mapped = false;   // zero copy: every rank's buffers are chorusMemAlloc memory (same on all)
 };
 
 class ShmSync {
@@ -89,9 +96,20 @@ class ShmSync {
   /// `peers` (one entry per rank, own included) and returns true; otherwise false, the same on
   /// every rank. A rank whose own buffers are ordinary memory answers at once; the others wait for
   /// every rank's buffers (one synchronisation), so only for large messages.
+  ///
+  /// With `ordinaryToo` (single copy: the caller reads peers' buffers only through readPeer), the
+  /// answer is true also for ordinary memory where peerReadsEnabled(): every rank then waits for
+  /// every rank's buffers, so `ordinaryToo` must be the same on every rank (a function of the call).
   bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                       std::vector<PeerBuffers>& peers);
+                       std::vector<PeerBuffers>& peers, bool ordinaryToo = false);
   bool zeroCopyEnabled() const { return zeroCopy_; }
+  /// Whether every rank can read every other rank's ordinary memory in place (ShmGroup's probe).
+  bool peerReadsEnabled() const { return group_.peerMemoryReadable(); }
+  /// Copies `bytes` at `src` of rank `peer`'s buffers (`p`, from exchangeBuffers) to `dst`: a copy
+  /// in this process (`mode` applies), else a cross-memory read. A failure names the peer, and the
+  /// peer's own failure where it published one (it exited, taking its buffers along).
+  void readPeer(int peer, const PeerBuffers& p, void* dst, const std::byte* src, size_t bytes,
+                kernels::CopyMode mode);
 
   /// Check mode (CHORUS_CHECK): one synchronisation, then every peer's whole call compared.
   void checkCallsMatch();
@@ -107,6 +125,8 @@ class ShmSync {
   std::string progressReport() const;
 
  private:
+  // Throws `e`, or the failure a peer published first (the likelier cause).
+  [[noreturn]] void failNamingPeer(const Error& e);
   // Waits until every rank has published buffer exchange `seq`.
   void awaitBuffers(uint64_t seq);
 

@@ -2,6 +2,10 @@
 // the topology (hwloc, or CHORUS_TOPO_FILE), transports, shared-memory space, configuration, the
 // algorithm registry, the decisions and the placement for a communicator of -n ranks, and the memory
 // such a communicator allocates. --json prints all of it as one object.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -17,6 +21,7 @@
 #include "kernels/cpu/reduce.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/factory.hpp"
+#include "transports/shm/peer_memory.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/tcp/net_interfaces.hpp"
 #include "tuning/tuning.hpp"
@@ -39,6 +44,27 @@ const char* decide(chorus::OpKind k, size_t bytes, int ranks,
   return chorus::tuning::select(op, ranks, ranks > 1, rules).name;
 }
 
+// Whether processes of this user may read each other's memory in place, found as every rank finds
+// it at set-up: by reading the probe word of another process (here a child that waits).
+bool singleCopyAllowed(std::string* state) {
+  const pid_t child = fork();
+  if (child < 0) {
+    *state = "unknown (fork failed)";
+    return false;
+  }
+  if (child == 0) {
+    for (;;) pause();
+  }
+  std::string why;
+  const bool ok = chorus::transport::probePeerMemory(
+      child, reinterpret_cast<uintptr_t>(chorus::transport::peerProbeWord()), &why);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  *state = ok ? "allowed (cross-memory attach: process_vm_readv of another process works)"
+              : chorus::strCat("refused, collectives stage heap buffers: ", why);
+  return ok;
+}
+
 // What chorus-info reports, gathered once for the text and the JSON output.
 struct Facts {
   int ranks = 0;
@@ -54,6 +80,8 @@ struct Facts {
   bool ucxReady = false, ibReady = false;
   std::string cudaState;
   bool cudaReady = false;
+  std::string singleCopyState;
+  bool singleCopyReady = false;
 };
 
 // Reads the configuration, creates a local communicator of `ranks` threads and probes the transports.
@@ -83,6 +111,7 @@ Facts gather(int ranks) {
   f.ibReady = transport::netKindUsable(transport::NetKind::Ib, &f.ibState);
 
   f.cudaReady = device::available(&f.cudaState);
+  f.singleCopyReady = singleCopyAllowed(&f.singleCopyState);
   return f;
 }
 
@@ -118,6 +147,9 @@ void printJson(const Facts& f) {
                   {"CHORUS_NET", env.net},
                   {"ucx", f.ucxState},
                   {"verbs", f.ibState}};
+  j["single_copy"] = {{"allowed", f.singleCopyReady},
+                      {"state", f.singleCopyState},
+                      {"CHORUS_CMA", configValue("CHORUS_CMA")}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
   j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                  {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -169,6 +201,11 @@ void printSetup(const Facts& f) {
       env.cudaIpc ? "kernels over CUDA IPC within a host" : "all staged (CHORUS_CUDA_IPC=0)",
       formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
       formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
+  std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
+  std::printf(
+      "                   heap buffers of all-gather, broadcast and all-to-all read in place: "
+      "CHORUS_CMA=%s (docs/performance.md)\n",
+      configValue("CHORUS_CMA").c_str());
   std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
   std::printf("\nConfiguration (environment, then defaults)\n");
   std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));

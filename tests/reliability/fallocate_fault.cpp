@@ -8,9 +8,13 @@
 // open() is defined here too, for a peer that dies in the zero-copy path: once armed, opening a
 // peer's chorusMemAlloc buffer (/proc/<pid>/fd/<n>) kills this process (the victim) or first waits
 // 300 ms (the others), so the others look for the victim's buffer after it has died.
+//
+// process_vm_readv() likewise, for a peer that dies in the single-copy path: once armed, a read of
+// more than the 8-byte set-up probe kills the victim or first waits 300 ms (the others).
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include <atomic>
@@ -20,6 +24,7 @@
 namespace {
 std::atomic<long> armedDelayMs{-1};
 std::atomic<int> openFault{0};  // 0: none, 1: die, 2: wait 300 ms first
+std::atomic<int> readFault{0};  // the same, for process_vm_readv
 
 void sleepMs(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000};
@@ -41,6 +46,18 @@ int faultyOpen(const char* name, const char* path, int flags, va_list args) {
 
 void armFallocateFault(long delayMs) { armedDelayMs.store(delayMs); }
 void armPeerBufferFault(bool die) { openFault.store(die ? 1 : 2); }
+void armPeerReadFault(bool die) { readFault.store(die ? 1 : 2); }
+
+extern "C" ssize_t process_vm_readv(pid_t pid, const iovec* local, unsigned long nlocal, const iovec* remote,
+                                    unsigned long nremote, unsigned long flags) {
+  using Fn = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, unsigned long, unsigned long);
+  static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "process_vm_readv"));
+  if (const int f = readFault.load(); f != 0 && nlocal > 0 && local[0].iov_len > 8) {
+    if (f == 1) raise(SIGKILL);
+    sleepMs(300);
+  }
+  return real(pid, local, nlocal, remote, nremote, flags);
+}
 
 extern "C" int open(const char* path, int flags, ...) {
   va_list args;

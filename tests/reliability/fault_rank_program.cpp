@@ -25,6 +25,14 @@
 //   zero-copy-death every rank allreduces 256K floats in chorusMemAlloc buffers; VICTIM is killed
 //                   as it maps its peers' buffers, which the others map 300 ms later
 //                   (fallocate_fault.cpp): they find it dead
+//   single-copy-death, single-copy-mismatch
+//                   every rank all-gathers 64K floats per rank from heap buffers, read in place
+//                   by the peers (single copy: the driver sets CHORUS_CMA); VICTIM is killed as it
+//                   reads its peers' buffers, which the others read 300 ms later; or VICTIM
+//                   all-gathers 128K floats
+//   single-copy-declined
+//                   VICTIM has CHORUS_CMA=0; every rank all-gathers 64K floats per rank from heap
+//                   buffers and prints ok=<1 if exact> rank=<r>
 //   serve-id        makes a unique id, prints it in hex and serves its store for VICTIM seconds
 //   join-id         VICTIM is a chorusUniqueId in hex: join it as rank 1 of 2 and report how the
 //                   init ended (the driver points the id at a dead, silent or foreign server).
@@ -65,6 +73,7 @@
 
 void armFallocateFault(long delayMs);  // fallocate_fault.cpp
 void armPeerBufferFault(bool die);
+void armPeerReadFault(bool die);
 
 namespace {
 
@@ -263,6 +272,49 @@ int main(int argc, char** argv) {
     report(r, elapsed, comm, chorusGetLastError(comm));
     chorusCommDestroy(comm);
     if (!heap) chorusMemFree(buf);
+    return 0;
+  }
+  if (mode == "single-copy-declined") {
+    if (myRank == victim) setenv("CHORUS_CMA", "0", 1);
+    chorusComm_t comm = nullptr;
+    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    int nranks = 0;
+    chorusCommCount(comm, &nranks);
+    const size_t count = size_t{64} << 10;
+    std::vector<float> send(count), recv(count * static_cast<size_t>(nranks));
+    for (size_t i = 0; i < count; ++i)
+      send[i] = static_cast<float>(myRank * 1000 + static_cast<int>(i % 999));
+    bool ok = chorusAllGather(send.data(), recv.data(), count, chorusFloat32, comm, nullptr) == chorusSuccess;
+    for (size_t k = 0; ok && k < static_cast<size_t>(nranks); ++k) {
+      for (size_t i = 0; i < count; ++i) {
+        if (recv[k * count + i] !=
+            static_cast<float>(static_cast<int>(k) * 1000 + static_cast<int>(i % 999))) {
+          ok = false;
+          break;
+        }
+      }
+    }
+    std::printf("ok=%d rank=%d\n", ok ? 1 : 0, myRank);
+    chorusCommDestroy(comm);
+    return 0;
+  }
+  if (mode == "single-copy-death" || mode == "single-copy-mismatch") {
+    chorusComm_t comm = nullptr;
+    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    int nranks = 0;
+    chorusCommCount(comm, &nranks);
+    if (mode == "single-copy-death") armPeerReadFault(myRank == victim);
+    const size_t count = (mode == "single-copy-mismatch" && myRank == victim ? 2 : 1) * (size_t{64} << 10);
+    std::vector<float> send(count, 1.0f), recv(count * static_cast<size_t>(nranks));
+    auto t0 = Clock::now();
+    chorusResult_t r = chorusAllGather(send.data(), recv.data(), count, chorusFloat32, comm, nullptr);
+    long long elapsed = msSince(t0);
+    if (r == chorusSuccess) {
+      std::fprintf(stderr, "rank %d: %s: the call succeeded\n", myRank, mode.c_str());
+      return 3;
+    }
+    report(r, elapsed, comm, chorusGetLastError(comm));
+    chorusCommDestroy(comm);
     return 0;
   }
   if (mode == "shm-setup") {

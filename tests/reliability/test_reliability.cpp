@@ -668,6 +668,68 @@ TEST_F(Fault, KillDashNineZeroCopyPeer_NamedAsDeadNotAsPermissions) {
   }
 }
 
+// The same on the single-copy path (heap buffers read in place by cross-memory attach, forced with
+// CHORUS_CMA since 3 ranks share 2 cores here): rank 1 dies as it reads its peers' buffers, which
+// the others read 300 ms later; they say it died. And a mismatched count is a named error on every
+// rank: the exchange carries the call, so nobody reads past a peer's buffer.
+TEST_F(Fault, KillDashNineSingleCopyPeer_NamedAsDead) {
+  TempDir dir("single-copy-death");
+  TempDir store("single-copy-store");
+  std::vector<Process> procs =
+      startFaultRanks("single-copy-death", store, dir,
+                      {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
+  std::vector<Process> survivors{procs[0], procs[2]};
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(survivors);
+  std::vector<Process> victim{procs[1]};
+  ASSERT_TRUE(waitAll(victim, 10s));
+  EXPECT_TRUE(victim[0].killedBy(SIGKILL)) << victim[0].describe();
+  for (const auto& rep : reports) {
+    ASSERT_TRUE(rep.has_value());
+    EXPECT_EQ(rep->result, chorusRemoteError) << rep->message;
+    EXPECT_TRUE(namesRank(rep->message, 1) && contains(rep->message, "died")) << rep->message;
+  }
+}
+
+// Single copy needs every rank: where rank 1 declines (CHORUS_CMA=0), every rank stages, says why
+// in its SHM log, and the results stay exact.
+TEST_F(Fault, SingleCopyDeclinedByOneRank_EveryRankStages) {
+  TempDir dir("single-copy-declined");
+  TempDir store("single-copy-declined-store");
+  std::vector<Process> procs =
+      startFaultRanks("single-copy-declined", store, dir,
+                      {{"CHORUS_CMA", "16K"}, {"CHORUS_DEBUG", "INFO"}, {"CHORUS_DEBUG_SUBSYS", "SHM"}});
+  ASSERT_TRUE(waitAll(procs, 60s));
+  for (int r = 0; r < 3; ++r) {
+    const Process& p = procs[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(p.exitedWith(0)) << p.describe();
+    EXPECT_TRUE(contains(p.out(), "ok=1 rank=" + std::to_string(r))) << p.out();
+    EXPECT_TRUE(contains(p.err(),
+                         "collectives stage ordinary buffers: rank 1 offers no in-place reads: CHORUS_CMA=0"))
+        << p.err();
+  }
+}
+
+TEST_F(Fault, MismatchedCountOnSingleCopy_NamedErrorNotCrash) {
+  TempDir dir("single-copy-mismatch");
+  TempDir store("single-copy-mismatch-store");
+  std::vector<Process> procs =
+      startFaultRanks("single-copy-mismatch", store, dir,
+                      {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
+  const std::vector<std::optional<SurvivorReport>> reports = reportsOf(procs);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const auto& rep = reports[static_cast<size_t>(r)];
+    ASSERT_TRUE(rep.has_value());
+    EXPECT_EQ(rep->result, chorusInvalidUsage) << rep->message;
+    EXPECT_TRUE(contains(rep->message, "collective call mismatch")) << rep->message;
+    if (r != 1) {
+      EXPECT_TRUE(contains(rep->message, "count 131072")) << rep->message;
+    }
+    EXPECT_LT(rep->elapsedMs, 5000) << rep->message;
+  }
+}
+
 // The probe's cases on processes and heap buffers, check mode off (the default): rank 1 allreduces
 // 2000 floats where the others allreduce 1000, or broadcasts 1024 where they allreduce them. These
 // returned success with wrong data on some ranks; now every rank fails at once (CHORUS_TIMEOUT 20

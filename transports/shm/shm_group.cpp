@@ -1,11 +1,15 @@
 #include "transports/shm/shm_group.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <new>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/rank_wait.hpp"
+#include "transports/shm/peer_memory.hpp"
 #include "transports/shm/shm_names.hpp"
 
 namespace chorus::transport {
@@ -43,10 +47,16 @@ struct ShmGroup::Header {
   LlLine ll[2][kLlLines];
   struct BufferSlot {
     std::atomic<uint64_t> seq;  // written last (release): the exchange the slot holds
-    SharedBufferRef send, recv;
-    bool usable;
-    CallFingerprint call;
+    PublishedBuffers b;
   } buffers[2];
+  // In-place reads of ordinary memory: the owner's pid and the address of its probe word, written
+  // before the segment is announced; then this rank's verdict (0 unknown, 1 it reads every peer,
+  // 2 it does not), published before the last set-up barrier, and its reason.
+  int32_t pid;
+  uint64_t processNonce;
+  uint64_t probeAddress;
+  std::atomic<int32_t> peerReads;
+  char peerReadText[256];
 };
 
 ShmGroup::Header* ShmGroup::header(int r) const {
@@ -124,6 +134,9 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
   ownHeader->nranks = nranks;
   ownHeader->fifoBytes = fifoBytes_;
   ownHeader->stageBytes = 2 * stageHalf_;
+  ownHeader->pid = static_cast<int32_t>(getpid());
+  ownHeader->processNonce = processNonce();
+  ownHeader->probeAddress = reinterpret_cast<uintptr_t>(peerProbeWord());
   // FIFO control words start at zero: the segment is fresh from posix_fallocate (zero-filled).
 
   const std::string keyBase = "shm/";
@@ -144,10 +157,48 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
                                        " does not belong to rank ", r, " of this communicator"));
     }
   }
+  probePeers(options.noPeerReads);
   // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
   store.setString(strCat(keyBase, "mapped/", rank), "1");
   waitForRanks(store, keyBase + "mapped/", nranks, rank, options.timeout, "shared-memory setup", watchPeers);
   segments_[static_cast<size_t>(rank)].unlink();
+  agreePeerReads();
+}
+
+void ShmGroup::probePeers(const std::string& noPeerReads) {
+  remotePids_.assign(static_cast<size_t>(nranks_), 0);
+  std::string why;
+  bool ok = noPeerReads.empty();
+  if (!ok) why = strCat("rank ", rank_, " offers no in-place reads: ", noPeerReads);
+  for (int r = 0; r < nranks_; ++r) {
+    const Header* h = header(r);
+    if (h->pid == static_cast<int32_t>(getpid()) && h->processNonce == processNonce()) continue;
+    remotePids_[static_cast<size_t>(r)] = h->pid;
+    std::string cause;
+    if (ok && !probePeerMemory(h->pid, h->probeAddress, &cause)) {
+      ok = false;
+      why = strCat("rank ", rank_, " cannot read rank ", r, "'s memory: ", cause);
+    }
+  }
+  Header* own = header(rank_);
+  const size_t n = std::min(why.size(), sizeof own->peerReadText - 1);
+  std::memcpy(own->peerReadText, why.data(), n);
+  own->peerReadText[n] = '\0';
+  own->peerReads.store(ok ? 1 : 2, std::memory_order_release);
+}
+
+void ShmGroup::agreePeerReads() {
+  peerReadable_ = true;
+  for (int r = 0; r < nranks_ && peerReadable_; ++r) {
+    const Header* h = header(r);
+    if (h->peerReads.load(std::memory_order_acquire) != 1) {
+      peerReadable_ = false;
+      peerReadNote_.assign(h->peerReadText, strnlen(h->peerReadText, sizeof h->peerReadText));
+    }
+  }
+  if (!peerReadable_) {
+    logInfo(Subsys::Shm, "rank ", rank_, ": collectives stage ordinary buffers: ", peerReadNote_);
+  }
 }
 
 ShmGroup::~ShmGroup() = default;
@@ -271,28 +322,20 @@ uint64_t ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
   return call;
 }
 
-void ShmGroup::publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv,
-                              bool usable, const CallFingerprint& call) {
-  Header::BufferSlot& b = header(rank_)->buffers[seq & 1];
-  b.send = send;
-  b.recv = recv;
-  b.usable = usable;
-  b.call = call;
-  b.seq.store(seq, std::memory_order_release);
+void ShmGroup::publishBuffers(uint64_t seq, const PublishedBuffers& b) {
+  Header::BufferSlot& slot = header(rank_)->buffers[seq & 1];
+  slot.b = b;
+  slot.seq.store(seq, std::memory_order_release);
 }
 
 uint64_t ShmGroup::buffersSeq(int r, uint64_t seq) const {
   return header(r)->buffers[seq & 1].seq.load(std::memory_order_acquire);
 }
 
-bool ShmGroup::buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
-                       CallFingerprint* call) const {
-  const Header::BufferSlot& b = header(r)->buffers[seq & 1];
-  if (b.seq.load(std::memory_order_acquire) != seq) return false;
-  *send = b.send;
-  *recv = b.recv;
-  *usable = b.usable;
-  *call = b.call;
+bool ShmGroup::buffers(int r, uint64_t seq, PublishedBuffers* b) const {
+  const Header::BufferSlot& slot = header(r)->buffers[seq & 1];
+  if (slot.seq.load(std::memory_order_acquire) != seq) return false;
+  *b = slot.b;
   return true;
 }
 

@@ -52,6 +52,19 @@ struct ShmGroupOptions {
   /// Throws the failure a peer published, if one did (called when a peer is found gone: a peer
   /// that failed publishes why before it exits, which names the cause better than its exit).
   std::function<void()> throwIfPeerFailed;
+  /// Why this rank does not offer to read its peers' ordinary memory in place ("" = it offers to):
+  /// every rank must offer it, and every rank must be able to read every other process, for the
+  /// group to.
+  std::string noPeerReads;
+};
+
+/// Where a rank's buffers of one buffer exchange are, and what they are for.
+struct PublishedBuffers {
+  SharedBufferRef send, recv;  // where they lie in chorusMemAlloc memory (invalid: they do not)
+  uint64_t sendAddress = 0;    // their addresses in the owner's address space
+  uint64_t recvAddress = 0;
+  bool usable = false;   // every buffer the rank needs is in chorusMemAlloc memory
+  CallFingerprint call;  // the collective they are for
 };
 
 /// The pipes between the ranks of one host, and the shared-memory capability the direct algorithms
@@ -123,21 +136,32 @@ class ShmGroup final : public Transport {
   /// Publishes where this rank's buffers of exchange `seq` live (release: a peer that reads `seq`
   /// in the slot sees the rest). Two slots by seq parity: a rank publishes exchange seq + 2 only
   /// after a synchronisation of collective seq + 1, which every reader of seq has passed.
-  /// `usable`: every buffer this rank needs is in shared memory.
-  /// `call`: the collective the buffers are for, which the peers compare with theirs.
-  void publishBuffers(uint64_t seq, const SharedBufferRef& send, const SharedBufferRef& recv, bool usable,
-                      const CallFingerprint& call);
+  /// The peers compare `b.call` with theirs.
+  void publishBuffers(uint64_t seq, const PublishedBuffers& b);
   /// The exchange rank r's slot for `seq` holds now (acquire).
   uint64_t buffersSeq(int r, uint64_t seq) const;
   /// Rank r's buffers of exchange `seq` (false if r published another exchange there).
-  bool buffers(int r, uint64_t seq, SharedBufferRef* send, SharedBufferRef* recv, bool* usable,
-               CallFingerprint* call) const;
+  bool buffers(int r, uint64_t seq, PublishedBuffers* b) const;
+
+  /// Whether every rank can read every other rank's ordinary memory in place: ranks of this
+  /// process directly, those of other processes by cross-memory attach (peer_memory.hpp), probed
+  /// on every pair at set-up. The same answer on every rank.
+  bool peerMemoryReadable() const { return peerReadable_; }
+  /// Why not, when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)", "rank 0 cannot read
+  /// rank 1: process 123 refused it: ..."); empty otherwise.
+  const std::string& peerMemoryNote() const { return peerReadNote_; }
+  /// Rank r's process id, or 0 when r is in this process (its memory is addressable here).
+  int remotePid(int r) const { return remotePids_[static_cast<size_t>(r)]; }
 
  private:
   struct Header;
   Header* header(int r) const;
   // Creates this rank's segment, maps every peer's, and unlinks ours once all have mapped all.
   void mapSegments(Store& store, const ShmGroupOptions& options);
+  // Before the ranks' last set-up barrier: probes reading every peer process's memory, publishes
+  // the answer. After it: combines every rank's answer (probePeers, agreePeerReads).
+  void probePeers(const std::string& noPeerReads);
+  void agreePeerReads();
 
   int rank_;
   int nranks_;
@@ -149,6 +173,9 @@ class ShmGroup final : public Transport {
   std::vector<std::unique_ptr<ShmSendPipe>> sendPipes_;
   std::vector<std::unique_ptr<ShmRecvPipe>> recvPipes_;
   std::vector<std::byte*> stages_;
+  std::vector<int> remotePids_;  // index = rank; 0 = this process
+  bool peerReadable_ = false;
+  std::string peerReadNote_;
 };
 
 }  // namespace chorus::transport

@@ -1,0 +1,86 @@
+#include "transports/shm/peer_memory.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "base/error.hpp"
+
+namespace chorus::transport {
+
+namespace {
+
+const uint64_t probeWord = kPeerProbeValue;
+
+std::string errnoCause(int err) {
+  std::string text = std::strerror(err);
+  switch (err) {
+    case EPERM:
+      return text +
+             " (EPERM: ptrace rules refuse it: another user, or /proc/sys/kernel/yama/ptrace_scope > 0)";
+    case ESRCH:
+      return text + " (ESRCH: the process exited)";
+    case EFAULT:
+      return text + " (EFAULT: the range is not mapped in that process)";
+    case ENOSYS:
+      return text + " (ENOSYS: the kernel, or a seccomp filter, does not offer process_vm_readv)";
+    default:
+      return text;
+  }
+}
+
+// One process_vm_readv; the bytes it moved, or -1 with errno set.
+ssize_t readOnce(int pid, void* local, uint64_t remote, size_t bytes) {
+  iovec l{local, bytes};
+  iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), bytes};
+  return process_vm_readv(static_cast<pid_t>(pid), &l, 1, &r, 1, 0);
+}
+
+}  // namespace
+
+const uint64_t* peerProbeWord() { return &probeWord; }
+
+uint64_t processNonce() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32 | rd()) ^ static_cast<uint64_t>(getpid());
+  }();
+  return nonce;
+}
+
+bool probePeerMemory(int pid, uint64_t address, std::string* why) {
+  uint64_t value = 0;
+  const ssize_t got = readOnce(pid, &value, address, sizeof value);
+  if (got == static_cast<ssize_t>(sizeof value) && value == kPeerProbeValue) return true;
+  if (why) {
+    *why = got < 0 ? strCat("process ", pid, " refused it: ", errnoCause(errno))
+                   : strCat("process ", pid, " answered the probe with the wrong bytes");
+  }
+  return false;
+}
+
+void readPeerMemory(int pid, void* local, uint64_t remote, size_t bytes, const char* what) {
+  auto* out = static_cast<std::byte*>(local);
+  while (bytes > 0) {
+    const ssize_t got = readOnce(pid, out, remote, bytes);
+    if (got <= 0) {
+      const int err = got < 0 ? errno : EFAULT;
+      if (err == EINTR) continue;
+      if (err == ESRCH) {
+        fail(chorusRemoteError, strCat(what, " (pid ", pid,
+                                       ") died while this rank read its buffer in place"
+                                       " (process_vm_readv: ESRCH)"));
+      }
+      fail(chorusSystemError, strCat(what, ": reading ", bytes, " bytes of process ", pid,
+                                     " in place (process_vm_readv) failed: ", errnoCause(err)));
+    }
+    out += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,34 @@
+// Reading another process's memory on this host in place: cross-memory attach
+// (process_vm_readv), which copies straight from a peer's pages into ours in one pass, with no
+// shared mapping and no staging copy. Linux allows it where the reader may ptrace the peer (same
+// user and no Yama restriction, or CAP_SYS_PTRACE); elsewhere it fails with EPERM, which
+// `probe` detects once at set-up so that collectives fall back to staging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace chorus::transport {
+
+/// The word every process publishes the address of, for its peers' probes.
+const uint64_t* peerProbeWord();
+/// The value at that word (the same in every process of this library).
+constexpr uint64_t kPeerProbeValue = 0x43484f5255534342ull;  // "CHORUSCB"
+
+/// A random number drawn once per process. Two ranks are in one address space exactly when they
+/// publish the same process id and the same nonce: ids alone can collide across pid namespaces,
+/// and a process forked after drawing shares the nonce but not the id.
+uint64_t processNonce();
+
+/// Whether this process may read process `pid`'s memory: reads the probe word at `address` there.
+/// On failure `*why` (if given) tells the cause ("process 123 refused it: Operation not permitted
+/// (EPERM: ...)").
+bool probePeerMemory(int pid, uint64_t address, std::string* why = nullptr);
+
+/// Copies `bytes` from address `remote` of process `pid` to `local` (a loop over partial reads).
+/// Throws chorus::Error (chorusSystemError) naming `what`, the process and errno where the system
+/// refuses: the peer exited (ESRCH), the range is not mapped there (EFAULT), permission (EPERM).
+void readPeerMemory(int pid, void* local, uint64_t remote, size_t bytes, const char* what);
+
+}  // namespace chorus::transport
