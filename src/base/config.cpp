@@ -281,6 +281,14 @@ const Setting kSettings[] = {
        return true;
      },
      showText<&EnvConfig::cpuKernels>},
+    // How waiting ranks pass the time: auto (by ranks per core), spin, yield or sleep.
+    {"CHORUS_WAIT", "must be auto, spin, adaptive, yield or sleep",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "auto" && s != "spin" && s != "adaptive" && s != "yield" && s != "sleep") return false;
+       c.waitPolicy = s == "auto" ? std::string() : s;
+       return true;
+     },
+     [](const EnvConfig& c) { return c.waitPolicy.empty() ? std::string("auto") : c.waitPolicy; }},
     // An hwloc XML file used as this host's topology, and a file the topology found is written to.
     {"CHORUS_TOPO_FILE", "", text<&EnvConfig::topoFile>, showText<&EnvConfig::topoFile>},
     {"CHORUS_TOPO_DUMP_FILE", "", text<&EnvConfig::topoDumpFile>, showText<&EnvConfig::topoDumpFile>},

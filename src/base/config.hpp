@@ -58,6 +58,9 @@ struct EnvConfig {
   /// Flight recorder: entries kept per communicator, and the file prefix written on failure.
   size_t flightRecorderEntries = 256;
   std::string flightRecorderPath;
+  /// CHORUS_WAIT: how ranks wait for each other: "" or "auto" (chosen by ranks per core), "spin",
+  /// "adaptive", "yield" or "sleep" (engine/waiter.hpp).
+  std::string waitPolicy;
   /// CHORUS_CPU_KERNELS: "portable" forces the portable kernels; "" or "auto": the best the CPU runs.
   std::string cpuKernels;
   /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.

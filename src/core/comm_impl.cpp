@@ -278,7 +278,7 @@ void CommImpl::executeCollective(const Op& op) {
 
 // ---- Context for algorithms ---------------------------------------------------------------------
 
-engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, opTimeout_, spinPolls_); }
+engine::Waiter CommImpl::makeWaiter() { return engine::Waiter(*this, opDeadline_, opTimeout_, waitPolicy_); }
 
 void CommImpl::run(std::span<engine::Transfer> transfers) {
   engine::Waiter waiter = makeWaiter();

@@ -163,7 +163,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   int virtualHosts_ = 0;                          // CHORUS_VIRTUAL_HOSTS, as rank 0 read it
   bool emulatedHosts_ = false;                    // ranks of this host split into emulated hosts
   std::vector<int> peerPidfds_;                   // -1 where not watched
-  uint32_t spinPolls_ = 256;  // 0 when this host runs more ranks than this process may use cores
+  engine::WaitPolicy waitPolicy_ = engine::WaitPolicy::Adaptive;  // engine::waitPolicyFor
 
   // Per-operation state, touched only by the thread running the current ticket.
   uint64_t collSeq_ = 0;

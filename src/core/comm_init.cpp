@@ -205,7 +205,11 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
           *group, [this] { return makeWaiter(); }, [this] { return runningWhat(); }, zeroCopy_);
     }
   }
-  if (size_ > cores) spinPolls_ = 0;
+  waitPolicy_ = engine::waitPolicyFor(envConfig().waitPolicy, localRanks, cores);
+  if (rank_ == 0) {
+    logInfo(Subsys::Init, "waiting: ", engine::waitPolicyName(waitPolicy_), " (", localRanks,
+            " ranks of this host on ", cores, " cores)");
+  }
   peerPidfds_.assign(static_cast<size_t>(size_), -1);
   for (int r = 0; r < size_; ++r) {
     const HostIdentity& h = hosts_[static_cast<size_t>(r)];

@@ -15,6 +15,28 @@ constexpr auto kMaxSleep = std::chrono::microseconds(500);
 constexpr auto kHealthEvery = std::chrono::milliseconds(10);
 }  // namespace
 
+const char* waitPolicyName(WaitPolicy p) {
+  switch (p) {
+    case WaitPolicy::Spin:
+      return "spin";
+    case WaitPolicy::Adaptive:
+      return "adaptive";
+    case WaitPolicy::Yield:
+      return "yield";
+    case WaitPolicy::Sleep:
+      return "sleep";
+  }
+  return "?";
+}
+
+WaitPolicy waitPolicyFor(const std::string& setting, int ranks, int cores) {
+  if (setting == "spin") return WaitPolicy::Spin;
+  if (setting == "adaptive") return WaitPolicy::Adaptive;
+  if (setting == "yield") return WaitPolicy::Yield;
+  if (setting == "sleep") return WaitPolicy::Sleep;
+  return ranks > cores ? WaitPolicy::Yield : WaitPolicy::Adaptive;
+}
+
 void Waiter::slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)> waitingOn) {
   if (health_.abortRequested()) health_.checkHealth(waitingOn);
   Clock::time_point now = Clock::now();
@@ -33,8 +55,12 @@ void Waiter::slowIdle(FunctionRef<std::string()> describe, FunctionRef<bool(int)
     fail(chorusTimeout, strCat(describe(), " (timed out after ", timeout_.count(),
                                " ms; CHORUS_TIMEOUT or Config::timeout sets the limit)"));
   }
+  if (policy_ == WaitPolicy::Spin) {
+    cpuRelax();
+    return;
+  }
   auto idleFor = now - idleSince_;
-  if (idleFor < kYieldFor) {
+  if (idleFor < kYieldFor && policy_ != WaitPolicy::Sleep) {
     sched_yield();
     return;
   }

@@ -57,13 +57,31 @@ inline void cpuRelax() {
 #endif
 }
 
+/// How a rank passes the time while it waits for its peers (CHORUS_WAIT; the communicator picks
+/// one by ranks per core, waitPolicyFor):
+///   Spin:     pause instructions only, never giving up the core (deadline and health still checked);
+///   Adaptive: spin kSpinPolls polls, yield for 2 ms, then sleep 20-500 us (the default with a
+///             core per rank);
+///   Yield:    sched_yield from the first idle poll, for 2 ms, then sleep (ranks outnumber cores:
+///             a spinning rank only burns the time slice of the peer it waits for);
+///   Sleep:    sleep from the first idle poll.
+enum class WaitPolicy { Spin, Adaptive, Yield, Sleep };
+const char* waitPolicyName(WaitPolicy p);
+/// The policy for `ranks` ranks of this host on `cores` cores: `setting` (CHORUS_WAIT) when not
+/// "" or "auto"; else Adaptive with a core per rank, Yield otherwise (docs/performance.md,
+/// "Waiting").
+WaitPolicy waitPolicyFor(const std::string& setting, int ranks, int cores);
+
 class Waiter {
  public:
-  /// `spinPolls`: idle polls spent spinning before yielding (0 when ranks outnumber cores: a
-  /// spinning rank would only burn the time slice of the peer it waits for).
+  static constexpr uint32_t kSpinPolls = 256;
   Waiter(Health& health, Clock::time_point deadline, std::chrono::milliseconds timeout,
-         uint32_t spinPolls = 256)
-      : health_(health), deadline_(deadline), timeout_(timeout), spinPolls_(spinPolls) {}
+         WaitPolicy policy = WaitPolicy::Adaptive)
+      : health_(health),
+        deadline_(deadline),
+        timeout_(timeout),
+        policy_(policy),
+        spinPolls_(policy == WaitPolicy::Adaptive ? kSpinPolls : 0) {}
 
   /// Call after a poll that made progress.
   void progressed() { idleCount_ = 0; }
@@ -85,6 +103,7 @@ class Waiter {
   Health& health_;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
+  WaitPolicy policy_;
   uint32_t spinPolls_;
   uint32_t idleCount_ = 0;
   Clock::time_point idleSince_{};

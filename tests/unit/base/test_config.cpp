@@ -42,6 +42,7 @@ TEST(Config, EveryKindParses) {
                                 {"CHORUS_NT_STORE_BYTES", "inf"},
                                 {"CHORUS_ZERO_COPY", "0"},
                                 {"CHORUS_CMA", "64K"},
+                                {"CHORUS_WAIT", "yield"},
                                 {"CHORUS_VIRTUAL_HOSTS", "3"},
                                 {"CHORUS_NET", "UCX,tcp"},
                                 {"CHORUS_SOCKET_FAMILY", "6"},
@@ -58,6 +59,7 @@ TEST(Config, EveryKindParses) {
   EXPECT_FALSE(c.zeroCopy);
   EXPECT_TRUE(c.cma);
   EXPECT_EQ(c.cmaMinBytes, size_t{64} << 10);
+  EXPECT_EQ(c.waitPolicy, "yield");
   EXPECT_EQ(c.virtualHosts, 3);
   EXPECT_EQ(c.net, "ucx,tcp");
   EXPECT_EQ(c.socketFamily, "6");
@@ -83,6 +85,7 @@ TEST(Config, MalformedValuesAreNamedWithWhatIsWrong) {
       {"CHORUS_SHM_STAGE_BYTES", "1k", "CHORUS_SHM_STAGE_BYTES='1k' must be a size between 64K and 1G"},
       {"CHORUS_SHM_FIFO_BYTES", "lots", "CHORUS_SHM_FIFO_BYTES='lots' must be a size between 4K and 1G"},
       {"CHORUS_CHECK", "yes", "CHORUS_CHECK='yes' must be 0 or 1"},
+      {"CHORUS_WAIT", "busy", "CHORUS_WAIT='busy' must be auto, spin, adaptive, yield or sleep"},
       {"CHORUS_CMA", "often", "CHORUS_CMA='often' must be 0, 1, auto or a size such as 256K"},
       {"CHORUS_VIRTUAL_HOSTS", "-2", "CHORUS_VIRTUAL_HOSTS='-2' must be a number of hosts (0 = off)"},
       {"CHORUS_NET", "tcp,", "CHORUS_NET='tcp,' is not a comma list of tcp, ucx, ib"},

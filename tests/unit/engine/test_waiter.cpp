@@ -1,0 +1,60 @@
+// engine::Waiter: the waiting policy chosen by ranks per core (CHORUS_WAIT overrides it), and
+// every policy, spinning included, still ending a wait at its deadline with what was pending.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "base/error.hpp"
+#include "engine/waiter.hpp"
+
+using namespace chorus;
+using namespace chorus::engine;
+
+namespace {
+
+TEST(WaitPolicy, ChosenByRanksPerCoreUnlessSet) {
+  EXPECT_EQ(waitPolicyFor("", 2, 2), WaitPolicy::Adaptive);
+  EXPECT_EQ(waitPolicyFor("", 1, 16), WaitPolicy::Adaptive);
+  EXPECT_EQ(waitPolicyFor("", 4, 2), WaitPolicy::Yield);
+  EXPECT_EQ(waitPolicyFor("", 8, 2), WaitPolicy::Yield);
+  EXPECT_EQ(waitPolicyFor("spin", 8, 2), WaitPolicy::Spin);
+  EXPECT_EQ(waitPolicyFor("adaptive", 8, 2), WaitPolicy::Adaptive);
+  EXPECT_EQ(waitPolicyFor("yield", 2, 2), WaitPolicy::Yield);
+  EXPECT_EQ(waitPolicyFor("sleep", 2, 2), WaitPolicy::Sleep);
+  EXPECT_STREQ(waitPolicyName(WaitPolicy::Yield), "yield");
+}
+
+struct CountingHealth : Health {
+  int checks = 0;
+  bool abortRequested() const override { return false; }
+  void checkHealth(FunctionRef<bool(int)>) override { ++checks; }
+};
+
+class EveryPolicy : public ::testing::TestWithParam<WaitPolicy> {};
+
+TEST_P(EveryPolicy, EndsAtItsDeadlineNamingWhatWasPending) {
+  CountingHealth health;
+  const auto timeout = std::chrono::milliseconds(60);
+  const auto start = Clock::now();
+  Waiter w(health, start + timeout, timeout, GetParam());
+  try {
+    for (;;) w.idle([] { return std::string("rank 0: waiting for rank 1"); }, [](int) { return true; });
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusTimeout);
+    EXPECT_NE(std::string(e.what()).find("waiting for rank 1"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  EXPECT_GE(took.count(), 60);
+  EXPECT_LT(took.count(), 2000);
+  EXPECT_GE(health.checks, 2);  // the peers' health is checked while waiting, spinning or not
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EveryPolicy,
+                         ::testing::Values(WaitPolicy::Spin, WaitPolicy::Adaptive, WaitPolicy::Yield,
+                                           WaitPolicy::Sleep),
+                         [](const ::testing::TestParamInfo<WaitPolicy>& p) {
+                           return std::string(waitPolicyName(p.param));
+                         });
+
+}  // namespace
