@@ -118,7 +118,8 @@ struct CHORUS_API Config {
   /// Algorithm override in the grammar `coll[:lo-hi]:algo[,...]` (CHORUS_ALGO), e.g.
   /// "allreduce:0-4k:rd,allreduce:ring". Empty: the built-in choice.
   std::string algo;
-  /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default 1 MiB).
+  /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default from the
+  /// machine: half its L2 cache, as a power of two from 256 KiB to 8 MiB; 1 MiB where unknown).
   size_t shmStageBytes = 0;
   /// Bytes of each shared-memory point-to-point FIFO (CHORUS_SHM_FIFO_BYTES; default 1 MiB).
   size_t shmFifoBytes = 0;

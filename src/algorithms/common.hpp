@@ -9,6 +9,7 @@
 #include "base/config.hpp"
 #include "base/error.hpp"
 #include "kernels/cpu/reduce.hpp"
+#include "topology/cache_thresholds.hpp"
 
 namespace chorus::algo {
 
@@ -64,14 +65,14 @@ inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, si
   }
 }
 
-/// How to write an output of `bytes` per rank: past CHORUS_NT_STORE_BYTES the output will not fit
+/// How to write an output of `bytes` per rank: past topo::ntStoreBytes() the output will not fit
 /// in cache with the input anyway, and non-temporal stores save the read-for-ownership of every
 /// destination line (a third of the memory traffic of a copy). Not when the output overwrites the
 /// input chunk by chunk (`overwritesInput`): those lines were just read, so plain stores hit the
 /// cache and streaming would only evict them (measured: in-place 4-16 MiB allreduce 10-15% slower).
 inline kernels::CopyMode outputCopyMode(size_t bytes, bool overwritesInput = false) {
-  return !overwritesInput && bytes >= envConfig().ntStoreBytes ? kernels::CopyMode::Streaming
-                                                               : kernels::CopyMode::Cached;
+  return !overwritesInput && bytes >= topo::ntStoreBytes() ? kernels::CopyMode::Streaming
+                                                           : kernels::CopyMode::Cached;
 }
 
 /// Zero-copy algorithms read peers' buffers in place when all ranks' buffers come from

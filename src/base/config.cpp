@@ -189,8 +189,14 @@ const Setting kSettings[] = {
     // 1: compare every collective's arguments across ranks first.
     {"CHORUS_CHECK", "must be 0 or 1", flag<&EnvConfig::checkCalls>, showFlag<&EnvConfig::checkCalls>},
     // Outputs of at least this many bytes per rank bypass the cache ("inf": never).
+    // Unset (0 here): from the machine's L2; a set 0 streams every output.
     {"CHORUS_NT_STORE_BYTES", "must be a size such as 16M, or inf",
-     sizeIn<&EnvConfig::ntStoreBytes, 0, SIZE_MAX>, showSize<&EnvConfig::ntStoreBytes>},
+     [](const std::string& s, EnvConfig& c) {
+       if (!sizeIn<&EnvConfig::ntStoreBytes, 0, SIZE_MAX>(s, c)) return false;
+       c.ntStoreBytes = std::max<size_t>(c.ntStoreBytes, 1);
+       return true;
+     },
+     showSize<&EnvConfig::ntStoreBytes>},
     // 0: never read peers' chorusMemAlloc buffers in place. Config::zeroCopy.
     {"CHORUS_ZERO_COPY", "must be 0 or 1", flag<&EnvConfig::zeroCopy>, showFlag<&EnvConfig::zeroCopy>},
     // Single copy of ordinary buffers between processes: 0 off, 1 or auto (each collective's own
@@ -380,14 +386,13 @@ Config resolveConfig(const Config& user) {
   }
   if (!c.transport.empty() && c.transport != "tcp")
     failInvalid("Config::transport='", c.transport, "' is not \"\" (shared memory on one host) or \"tcp\"");
-  if (c.shmStageBytes < (size_t{64} << 10)) failInvalid("Config::shmStageBytes must be at least 64 KiB");
+  if (c.shmStageBytes != 0 && c.shmStageBytes < (size_t{64} << 10))
+    failInvalid("Config::shmStageBytes must be at least 64 KiB (or 0: from the machine)");
   if (c.shmFifoBytes < 4096) failInvalid("Config::shmFifoBytes must be at least 4 KiB");
   // Sizes must keep 64-byte alignment of every region in the shared segment.
   c.shmStageBytes = alignUp(c.shmStageBytes, 128);
   c.shmFifoBytes = alignUp(c.shmFifoBytes, 64);
   return c;
 }
-
-Config Config::fromEnvironment() { return resolveConfig(Config{}); }
 
 }  // namespace chorus

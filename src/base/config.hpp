@@ -21,11 +21,12 @@ struct EnvConfig {
   unsigned logSubsystems = kAllSubsystems;  // CHORUS_DEBUG_SUBSYS
   std::chrono::milliseconds timeout{300'000};
   std::string algo;
-  size_t shmStageBytes = size_t{1} << 20;
+  /// 0: from the machine's L2 (topo::CacheThresholds), as ntStoreBytes.
+  size_t shmStageBytes = 0;
   size_t shmFifoBytes = size_t{1} << 20;
   bool checkCalls = false;
   /// Collectives whose output per rank is at least this many bytes write it with non-temporal stores.
-  size_t ntStoreBytes = size_t{4} << 20;
+  size_t ntStoreBytes = 0;
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
   /// CHORUS_CMA: collectives read peers' ordinary buffers in place (cross-memory attach) where the
@@ -90,6 +91,8 @@ std::string configValue(const std::string& name);
 std::optional<size_t> parseByteSize(const std::string& text);
 
 /// Config with every unset field taken from envConfig(); throws chorusInvalidArgument for bad values.
+/// shmStageBytes stays 0 where the environment leaves it to the machine (core fills it in from
+/// topo::CacheThresholds, which this layer cannot see).
 Config resolveConfig(const Config& user);
 
 }  // namespace chorus

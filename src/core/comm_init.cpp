@@ -17,6 +17,7 @@
 #include "base/rank_wait.hpp"
 #include "bootstrap/watched_store.hpp"
 #include "core/comm_impl.hpp"
+#include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/factory.hpp"
 #include "transports/shm/shm_group.hpp"
@@ -84,6 +85,7 @@ std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int ran
   std::shared_ptr<Store> shared = makePrefixStore(strCat("chorus/comm", generation, "/"), store);
   try {
     Config resolved = resolveConfig(config);
+    if (resolved.shmStageBytes == 0) resolved.shmStageBytes = topo::localCacheThresholds().stageBytes;
     std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
     comm->selector_ = tuning::Selector(tuning::parseRules(resolved.algo), rank, size);
     comm->init(makeWatchedStore(shared, rank), std::move(keepAlive));

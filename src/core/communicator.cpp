@@ -5,9 +5,16 @@
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/group.hpp"
+#include "topology/cache_thresholds.hpp"
 #include "transports/shm/shm_memory.hpp"
 
 namespace chorus {
+
+Config Config::fromEnvironment() {
+  Config c = resolveConfig(Config{});
+  if (c.shmStageBytes == 0) c.shmStageBytes = topo::localCacheThresholds().stageBytes;
+  return c;
+}
 
 using api::live;
 using api::makeOp;

@@ -19,6 +19,7 @@
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
 #include "kernels/cpu/reduce.hpp"
+#include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
 #include "transports/factory.hpp"
 #include "transports/shm/peer_memory.hpp"
@@ -150,6 +151,14 @@ void printJson(const Facts& f) {
   j["single_copy"] = {{"allowed", f.singleCopyReady},
                       {"state", f.singleCopyState},
                       {"CHORUS_CMA", configValue("CHORUS_CMA")}};
+  const topo::CacheThresholds& t = topo::localCacheThresholds();
+  j["thresholds"] = {{"l2_bytes", t.l2Bytes},
+                     {"l3_bytes", t.l3Bytes},
+                     {"basis", t.basis},
+                     {"nt_store_bytes", topo::ntStoreBytes()},
+                     {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
+                     {"shm_stage_bytes", config.shmStageBytes},
+                     {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
   j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                  {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -201,6 +210,12 @@ void printSetup(const Facts& f) {
       env.cudaIpc ? "kernels over CUDA IPC within a host" : "all staged (CHORUS_CUDA_IPC=0)",
       formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
       formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
+  const topo::CacheThresholds& t = topo::localCacheThresholds();
+  std::printf("\nThresholds         non-temporal stores from %s per rank (%s), staging %s per rank (%s)\n",
+              formatBytes(topo::ntStoreBytes()).c_str(),
+              env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : t.basis.c_str(),
+              formatBytes(config.shmStageBytes).c_str(),
+              env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   std::printf(
       "                   heap buffers of all-gather, broadcast and all-to-all read in place: "

@@ -116,6 +116,8 @@ HostTopology fromHwloc(hwloc_topology_t t, std::string source) {
   h.l3Domains = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_L3CACHE);
   h.cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
   h.pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  if (hwloc_obj_t l2 = hwloc_get_obj_by_type(t, HWLOC_OBJ_L2CACHE, 0)) h.l2Bytes = l2->attr->cache.size;
+  if (hwloc_obj_t l3 = hwloc_get_obj_by_type(t, HWLOC_OBJ_L3CACHE, 0)) h.l3Bytes = l3->attr->cache.size;
   for (int i = 0; i < h.pus; ++i) {
     hwloc_obj_t pu = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, static_cast<unsigned>(i));
     if (pu->os_index >= h.puNuma.size()) h.puNuma.resize(pu->os_index + 1, -1);
@@ -257,6 +259,8 @@ HostTopology discoverFallback() {
   h.l3Domains = 1;
   h.pus = static_cast<int>(std::max(1L, online));
   h.cores = h.pus;
+  h.l2Bytes = static_cast<uint64_t>(std::max(0L, ::sysconf(_SC_LEVEL2_CACHE_SIZE)));
+  h.l3Bytes = static_cast<uint64_t>(std::max(0L, ::sysconf(_SC_LEVEL3_CACHE_SIZE)));
   h.puNuma.assign(static_cast<size_t>(h.pus), 0);
   return h;
 }
@@ -295,6 +299,8 @@ Json HostTopology::toJson() const {
   j["l3_domains"] = l3Domains;
   j["cores"] = cores;
   j["pus"] = pus;
+  j["l2_bytes"] = l2Bytes;
+  j["l3_bytes"] = l3Bytes;
   j["pu_numa"] = puNuma;
   j["numa_distance"] = numaDistance;
   Json g = Json::array(), n = Json::array();
@@ -317,6 +323,8 @@ HostTopology HostTopology::fromJson(const nlohmann::json& j) {
     h.l3Domains = j.at("l3_domains").get<int>();
     h.cores = j.at("cores").get<int>();
     h.pus = j.at("pus").get<int>();
+    h.l2Bytes = j.value("l2_bytes", uint64_t{0});  // absent from ranks of older builds
+    h.l3Bytes = j.value("l3_bytes", uint64_t{0});
     h.puNuma = j.at("pu_numa").get<std::vector<int>>();
     h.numaDistance = j.at("numa_distance").get<std::vector<std::vector<int>>>();
     for (const auto& d : j.at("gpus")) h.gpus.push_back(deviceFromJson(d));
@@ -361,6 +369,8 @@ std::string HostTopology::describe(const std::string& indent) const {
                            thisSystem ? "" : ", not this machine", ")\n");
   out += strCat(indent, "  ", packages, " package(s), ", numaNodes, " NUMA node(s), ", l3Domains,
                 " L3 domain(s), ", cores, " cores, ", pus, " hardware threads\n");
+  out += strCat(indent, "  caches: L2 ", l2Bytes ? formatBytes(l2Bytes) : std::string("unknown"), ", L3 ",
+                l3Bytes ? formatBytes(l3Bytes) : std::string("unknown"), "\n");
   for (int n = 0; n < numaNodes; ++n) {
     std::vector<int> cpus;
     for (size_t pu = 0; pu < puNuma.size(); ++pu) {

@@ -33,6 +33,10 @@ struct HostTopology {
   int l3Domains = 0;
   int cores = 0;
   int pus = 0;
+  /// Bytes of the first L2 and L3 cache (per core and per L3 domain on the machines this runs on);
+  /// 0 where the topology does not say.
+  uint64_t l2Bytes = 0;
+  uint64_t l3Bytes = 0;
   std::vector<int> puNuma;                     // NUMA node (logical) of each PU (by OS index); -1 if unknown
   std::vector<std::vector<int>> numaDistance;  // numaNodes x numaNodes, relative latency; empty if unknown
   std::vector<PciDevice> gpus;

@@ -7,6 +7,7 @@
 
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
+#include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
 #include "topology/host_topology.hpp"
 
@@ -153,6 +154,58 @@ TEST(Topology, LinkClassesOfAHandMadeTwoHostJob) {
   EXPECT_EQ(t.link(1, 1), LinkClass::Self);
   t.ranks.push_back({1, 2, {3}, 0});
   EXPECT_EQ(t.shape(), "2 hosts: 2 + 3 ranks");
+}
+
+// Thresholds from the machine's caches (topology/cache_thresholds): an 8-core part with 512 KiB
+// of L2 (an EPYC-like synthetic topology), one whose topology names no caches, and the clamps.
+TEST(CacheThresholds, FromTheL2OfAnXmlTopology) {
+  if (!haveHwloc()) GTEST_SKIP() << "built without hwloc";
+  const HostTopology h =
+      loadXml(std::string(CHORUS_TEST_DATA) + "/topologies/synthetic-8core-l2-512k-l3-32m.xml");
+  EXPECT_EQ(h.l2Bytes, uint64_t{512} << 10);
+  EXPECT_EQ(h.l3Bytes, uint64_t{32} << 20);
+  const CacheThresholds t = cacheThresholdsFor(h);
+  EXPECT_EQ(t.ntStoreBytes, size_t{1} << 20);
+  EXPECT_EQ(t.stageBytes, size_t{256} << 10);
+  EXPECT_EQ(t.basis, "from L2 512 KiB");
+  // The sizes survive the JSON exchange between ranks.
+  EXPECT_EQ(HostTopology::fromJson(h.toJson()).l2Bytes, h.l2Bytes);
+
+  const HostTopology none =
+      loadXml(std::string(CHORUS_TEST_DATA) + "/topologies/synthetic-4core-no-caches.xml");
+  EXPECT_EQ(none.l2Bytes, 0u);
+  const CacheThresholds d = cacheThresholdsFor(none);
+  EXPECT_EQ(d.ntStoreBytes, size_t{4} << 20);
+  EXPECT_EQ(d.stageBytes, size_t{1} << 20);
+  EXPECT_EQ(d.basis, "L2 unknown: defaults");
+}
+
+TEST(CacheThresholds, TheFormulasAndTheirBounds) {
+  auto with = [](uint64_t l2) {
+    HostTopology h;
+    h.l2Bytes = l2;
+    return cacheThresholdsFor(h);
+  };
+  EXPECT_EQ(with(uint64_t{2} << 20).ntStoreBytes, size_t{4} << 20);  // the Xeon VM: what was measured best
+  EXPECT_EQ(with(uint64_t{2} << 20).stageBytes, size_t{1} << 20);
+  EXPECT_EQ(with(uint64_t{1280} << 10).stageBytes, size_t{512} << 10);  // 1.25 MiB: rounded down
+  EXPECT_EQ(with(uint64_t{64} << 10).ntStoreBytes, size_t{1} << 20);    // clamped below
+  EXPECT_EQ(with(uint64_t{64} << 10).stageBytes, size_t{256} << 10);
+  EXPECT_EQ(with(uint64_t{256} << 20).ntStoreBytes, size_t{64} << 20);  // clamped above
+  EXPECT_EQ(with(uint64_t{256} << 20).stageBytes, size_t{8} << 20);
+}
+
+// A JSON topology from a rank of an older build, without cache sizes, still reads.
+TEST(CacheThresholds, JsonWithoutCacheSizesReads) {
+  HostTopology h;
+  h.source = "sysfs";
+  h.packages = h.numaNodes = h.l3Domains = 1;
+  h.cores = h.pus = 2;
+  h.puNuma = {0, 0};
+  nlohmann::json j = h.toJson();
+  j.erase("l2_bytes");
+  j.erase("l3_bytes");
+  EXPECT_EQ(HostTopology::fromJson(j).l2Bytes, 0u);
 }
 
 }  // namespace
