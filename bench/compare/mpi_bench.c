@@ -7,6 +7,9 @@
 // collective: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block), all_gather
 // (MPI_Allgather), broadcast (MPI_Bcast). Flags as chorus-perf: -b -e -i -f -n -w -c -d -o -r --json;
 // -d float and -o sum only.
+// Compiled with COMPARE_PEER_SYSTEM="<name>", the same program times another library's collectives
+// (peer_backend.h; compare-oneccl, with ccl_bench.cpp) and keeps MPI for the rest: launch, ranks,
+// barrier, maximum time, checks and header.
 // Everything follows chorus-perf (see bench/chorus_perf.cpp):
 //   size   bytes of the larger buffer (all_gather's receive, reduce_scatter's send buffer), rounded
 //          down so that blocks are multiples of 4 elements; count: the per-rank block for all_gather
@@ -35,7 +38,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(OPEN_MPI)
+#include "peer_backend.h"
+
+#if defined(COMPARE_PEER_SYSTEM)
+#define SYSTEM_NAME COMPARE_PEER_SYSTEM
+#elif defined(OPEN_MPI)
 #define SYSTEM_NAME "openmpi"
 #elif defined(MPICH)
 #define SYSTEM_NAME "mpich"
@@ -45,8 +52,6 @@
 #define PROGRAM_NAME "compare-" SYSTEM_NAME
 
 enum { kMaxBufferBytes = 1 << 30, kBlockAlign = 4, kLibraryLineMax = 512, kLibraryPartMax = 100 };
-
-typedef enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST } Coll;
 
 static const char* const kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
 
@@ -239,6 +244,14 @@ static int64_t countWrong(const Options* o, const Shape* s, const float* send, c
 
 // ---- Running -----------------------------------------------------------------------------------
 
+#if defined(COMPARE_PEER_SYSTEM)
+static void runColl(const Options* o, const Shape* s, float* send, float* recv) {
+  const int failed = o->coll == BROADCAST
+                         ? peerRun(BROADCAST, NULL, g_rank == o->root ? send : recv, s->count, o->root)
+                         : peerRun(o->coll, send, recv, s->count, o->root);
+  if (failed) MPI_Abort(MPI_COMM_WORLD, 2);
+}
+#else
 static void runColl(const Options* o, const Shape* s, float* send, float* recv) {
   const int count = (int)s->count;
   switch (o->coll) {
@@ -256,6 +269,7 @@ static void runColl(const Options* o, const Shape* s, float* send, float* recv) 
       return;
   }
 }
+#endif
 
 static double nowUs(void) {
   struct timespec ts;
@@ -286,10 +300,10 @@ static HalfResult runHalf(const Options* o, const Shape* s, float* send, float* 
 
 // ---- Output ------------------------------------------------------------------------------------
 
-// One line naming the library: the MPI standard's version, then the lines of
+// One line naming the MPI library: the MPI standard's version, then the lines of
 // MPI_Get_library_version() joined by "; " with their blanks collapsed, leaving out the long ones
 // (MPICH's configure line and compiler flags).
-static void libraryLine(char* out, size_t size) {
+static void mpiLibraryLine(char* out, size_t size) {
   char version[MPI_MAX_LIBRARY_VERSION_STRING];
   int length = 0;
   MPI_Get_library_version(version, &length);
@@ -344,8 +358,15 @@ static void printHeader(const Options* o) {
 
   printf("#\n# System: %s\n", SYSTEM_NAME);
   char library[kLibraryLineMax];
-  libraryLine(library, sizeof(library));
+#if defined(COMPARE_PEER_SYSTEM)
+  peerLibrary(library, sizeof(library));
   printf("# Library: %s\n", library);
+  mpiLibraryLine(library, sizeof(library));
+  printf("# MPI (launch, barrier, timing, checks): %s\n", library);
+#else
+  mpiLibraryLine(library, sizeof(library));
+  printf("# Library: %s\n", library);
+#endif
 
   printf("#\n# Using devices\n");
   for (int r = 0; r < g_size; ++r) {
@@ -576,15 +597,26 @@ static float* allocBuffer(size_t bytes) {
   return p;
 }
 
+static void finish(void) {
+#if defined(COMPARE_PEER_SYSTEM)
+  peerFinalize();
+#endif
+  MPI_Finalize();
+}
+
 int main(int argc, char** argv) {
+#if defined(COMPARE_PEER_SYSTEM)
+  peerInit(&argc, &argv);
+#else
   MPI_Init(&argc, &argv);
+#endif
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
 
   Options o = {ALL_REDUCE, 32u << 20, 32u << 20, 1u << 20, 1, 20, 5, 1, 0, 0};
   const int parsed = parseArgs(argc, argv, &o);
   if (parsed != 0) {
-    MPI_Finalize();
+    finish();
     return parsed < 0 ? 0 : 2;
   }
 
@@ -618,6 +650,6 @@ int main(int argc, char** argv) {
   }
   free(send);
   free(recv);
-  MPI_Finalize();
+  finish();
   return errors ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 # Runs one peer benchmark of bench/compare and checks what it printed (cmake -P script, used by
 # tests/compare).
-#   -DLAUNCH="<launcher, program and arguments, space separated>"  -DSYSTEM=<openmpi|mpich|gloo>
+#   -DLAUNCH="<launcher, program and arguments, space separated>"  -DSYSTEM=<openmpi|mpich|gloo|oneccl>
 # Requires exit status 0, the footer "Out of bounds values : 0 OK", every #wrong column 0 or N/A and
 # (the runs pass --json) after every row a JSON object with exactly chorus-perf's keys, in its
 # order, then "system" (and "algo" for gloo); none may report wrong elements.
