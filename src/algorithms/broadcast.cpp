@@ -14,11 +14,7 @@ void broadcastDirect(Context& ctx, const Op& op) {
   const size_t bytes = op.count * elem;
   const kernels::CopyMode store = outputCopyMode(bytes);
   std::vector<engine::PeerBuffers> peers;
-  // With the root in place, staging from 1 MiB is as fast (single_copy.cpp): every rank sees that.
-  constexpr size_t kRootInPlaceMaxBytes = size_t{1} << 20;
-  if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, me == op.root ? bytes : 0, op.recv, 0, peers) &&
-      !(peers[static_cast<size_t>(op.root)].inPlace && bytes >= kRootInPlaceMaxBytes &&
-        !peers[static_cast<size_t>(op.root)].mapped)) {
+  if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, me == op.root ? bytes : 0, op.recv, 0, peers)) {
     // Zero or single copy: every rank copies the root's input straight into its output.
     const engine::PeerBuffers& root = peers[static_cast<size_t>(op.root)];
     if (root.send != op.recv || root.pid != 0)
