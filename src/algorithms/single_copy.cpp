@@ -1,9 +1,9 @@
 // Where reading a peer's ordinary buffer in place beats staging it. Staging costs two copies per
 // byte (into the sender's staging area, out into the receiver's buffer), but both run at memcpy
 // speed in cache, on both cores at once, chunk after chunk. Cross-memory attach (process_vm_readv)
-// costs one copy, but a system call, page pinning, a kernel copy at 50-80% of memcpy's speed
-// (bench/membw: `chorus-membw --cma`), plain stores where staging streams large outputs, and one
-// synchronisation of every rank before any data moves.
+// costs one copy, but a system call, page pinning, a kernel copy at 35-80% of memcpy's speed (one
+// thread here: 63% for 1 MiB, 76% for 16 MiB, 35% for 256 MiB), plain stores where staging
+// streams large outputs, and one synchronisation of every rank before any data moves.
 //
 // Measured with chorus-perf on the 2-core Xeon VM, 2 ranks, float32, CHORUS_CMA=0 against forced
 // single copy (docs/performance.md, "Single copy", has the table):

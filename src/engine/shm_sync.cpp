@@ -177,7 +177,7 @@ bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, si
   if (!differ.empty()) {
     fail(chorusInvalidUsage,
          strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(own.call), " but ",
-                differ, " (found by the zero-copy buffer exchange)"));
+                differ, " (found by the buffer exchange of the zero- or single-copy path)"));
   }
   if (!allUsable && !ordinaryToo) return false;
   peers.assign(static_cast<size_t>(n), PeerBuffers{});

@@ -1,7 +1,7 @@
 // The synchronisation protocol of the ranks of one host over their shared memory, which only the
 // direct algorithms use (transports/shm holds the memory; this is how it is used): arrival counters
-// carrying the call's tag, the low-latency lines, the zero-copy buffer exchange, the call checks
-// and the progress each rank publishes. One per communicator whose ranks all share a host, driven
+// carrying the call's tag, the low-latency lines, the buffer exchange (zero and single copy), the
+// call checks and the progress each rank publishes. One per communicator whose ranks all share a host, driven
 // by the thread running the current operation.
 #pragma once
 
