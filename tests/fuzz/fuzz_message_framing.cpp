@@ -108,7 +108,7 @@ bool receive(const std::vector<Spec>& specs, std::span<const uint8_t> stream, ui
   OnePeer peers(&unused, &pipe);
   AlwaysHealthy health;
   // A deadline already passed: the first idle poll (the stream ran dry) throws a timeout at once.
-  Waiter waiter(health, Clock::now(), std::chrono::milliseconds(0), 0);
+  Waiter waiter(health, Clock::now(), std::chrono::milliseconds(0), WaitPolicy::Yield);
   std::vector<Transfer> ts;
   out.assign(specs.size(), {});
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -180,7 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   StreamRecvPipe noRecv({}, 0);
   OnePeer sender(&sendPipe, &noRecv);
   AlwaysHealthy health;
-  Waiter waiter(health, Clock::now() + std::chrono::seconds(10), std::chrono::seconds(10), 0);
+  Waiter waiter(health, Clock::now() + std::chrono::seconds(10), std::chrono::seconds(10), WaitPolicy::Yield);
   std::vector<std::vector<uint8_t>> payloads;
   std::vector<Transfer> sends;
   for (size_t i = 0; i < specs.size(); ++i) {
