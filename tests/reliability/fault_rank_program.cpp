@@ -216,6 +216,19 @@ int intruderMode(int myRank, int attacker) {
 
 }  // namespace
 
+// The end of a call that must fail: false (and a line on stderr) if it succeeded; else reports how
+// it failed and destroys the communicator.
+bool reportFailedCall(chorusResult_t r, long long elapsedMs, chorusComm_t comm, int myRank,
+                      const std::string& mode) {
+  if (r == chorusSuccess) {
+    std::fprintf(stderr, "rank %d: %s: the call succeeded\n", myRank, mode.c_str());
+    return false;
+  }
+  report(r, elapsedMs, comm, chorusGetLastError(comm));
+  chorusCommDestroy(comm);
+  return true;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr,
@@ -264,13 +277,7 @@ int main(int argc, char** argv) {
       r = chorusBroadcast(buf, buf, count, chorusFloat32, 0, comm, nullptr);
     else
       r = chorusAllReduce(buf, buf, mismatch ? 2 * count : count, chorusFloat32, chorusSum, comm, nullptr);
-    long long elapsed = msSince(t0);
-    if (r == chorusSuccess) {
-      std::fprintf(stderr, "rank %d: %s: the call succeeded\n", myRank, mode.c_str());
-      return 3;
-    }
-    report(r, elapsed, comm, chorusGetLastError(comm));
-    chorusCommDestroy(comm);
+    if (!reportFailedCall(r, msSince(t0), comm, myRank, mode)) return 3;
     if (!heap) chorusMemFree(buf);
     return 0;
   }
@@ -308,13 +315,7 @@ int main(int argc, char** argv) {
     std::vector<float> send(count, 1.0f), recv(count * static_cast<size_t>(nranks));
     auto t0 = Clock::now();
     chorusResult_t r = chorusAllGather(send.data(), recv.data(), count, chorusFloat32, comm, nullptr);
-    long long elapsed = msSince(t0);
-    if (r == chorusSuccess) {
-      std::fprintf(stderr, "rank %d: %s: the call succeeded\n", myRank, mode.c_str());
-      return 3;
-    }
-    report(r, elapsed, comm, chorusGetLastError(comm));
-    chorusCommDestroy(comm);
+    if (!reportFailedCall(r, msSince(t0), comm, myRank, mode)) return 3;
     return 0;
   }
   if (mode == "shm-setup") {
