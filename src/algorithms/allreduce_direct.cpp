@@ -32,6 +32,26 @@ void allReduceShared(Context& ctx, const Op& op, const std::vector<engine::PeerB
   shared(ctx).syncAll();  // nobody reads this rank's buffers any more: the caller may reuse them
 }
 
+// Single copy (ordinary buffers, every peer process's memory readable): rank r pulls slice r of
+// every peer's input into cache and reduces it with its own into its output (reducePulled), then
+// reads the peers' reduced slices from their outputs. Three synchronisations per call, none per
+// chunk; each rank copies 2(n-1)/n of the message by CMA and nothing through staging.
+void allReducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers) {
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type);
+  Slices slices(op.count, static_cast<size_t>(n), cacheLineElems(elem));
+  const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
+  if (sn) reducePulled(ctx, op, peers, so, sn, at(op.recv, so, elem), avgDivisor(op, n));
+  shared(ctx).syncAll();  // every slice reduced
+  const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
+  for (int k = 0; k < n; ++k) {
+    const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
+    const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
+    if (k != me && l) shared(ctx).readPeer(k, p, at(op.recv, o, elem), p.recv + o * elem, l * elem, store);
+  }
+  shared(ctx).syncAll();  // nobody reads this rank's buffers any more
+}
+
 }  // namespace
 
 void allReduceDirect(Context& ctx, const Op& op) {
@@ -40,7 +60,13 @@ void allReduceDirect(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
   std::vector<engine::PeerBuffers> peers;
-  if (tryZeroCopy(ctx, bytes, op.send, bytes, op.recv, bytes, peers)) return allReduceShared(ctx, op, peers);
+  if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers)) {
+    if (peers[static_cast<size_t>(me)].mapped) return allReduceShared(ctx, op, peers);
+    const bool anyInPlace =
+        std::any_of(peers.begin(), peers.end(), [](const engine::PeerBuffers& p) { return p.inPlace; });
+    if (pullingPays(op.kind, bytes, anyInPlace)) return allReducePulled(ctx, op, peers);
+    // Else stage, as every rank decides (the buffer exchange cost one synchronisation).
+  }
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::CopyMode store = outputCopyMode(bytes, op.send == op.recv);

@@ -84,8 +84,21 @@ constexpr size_t kZeroCopyMinBytes = size_t{64} << 10;
 /// of `kind` with a message of `messageBytes` (the per-rank block for all-gather and all-to-all,
 /// the buffer for broadcast) and `outputBytes` per rank (single_copy.cpp has the measurements).
 /// CHORUS_CMA=0: never; CHORUS_CMA=<size>: from that message size up, for every collective that
-/// has a single-copy path (all-gather, broadcast, all-to-all).
+/// has a single-copy path (allreduce, reduce-scatter, all-gather, broadcast, all-to-all).
 bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes);
+
+/// For the reductions (allreduce, reduce-scatter), whose single copy pulls the peers' inputs
+/// (reducePulled) instead of staging them: whether that beats staging once the buffers are
+/// exchanged and every rank knows whether any rank works in place (single_copy.cpp).
+bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace);
+
+/// Single copy's reduction, with no synchronisation of its own (the caller exchanged buffers in
+/// `peers` and synchronises afterwards): dst = op.op over every rank k of `count` elements at
+/// element offset `offset` of k's send buffer (`divisor`: Avg's, or 0). This rank's own are read in
+/// place; each peer's are read into scratch with readPeer, piece by piece, so that they are in
+/// cache for the reduction, half a staging half at a time.
+void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers, size_t offset,
+                  size_t count, void* dst, int divisor);
 
 /// ShmSync::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
 /// message is too small or zero copy is off.

@@ -218,7 +218,8 @@ void printSetup(const Facts& f) {
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   std::printf(
-      "                   heap buffers of all-gather, broadcast and all-to-all read in place: "
+      "                   heap buffers of allreduce, reduce-scatter, all-gather, broadcast and all-to-all "
+      "read in place: "
       "CHORUS_CMA=%s (docs/performance.md)\n",
       configValue("CHORUS_CMA").c_str());
   std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());

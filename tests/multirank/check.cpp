@@ -211,6 +211,22 @@ size_t runCase(Communicator& comm, const Case& c, std::string* report) {
   return 0;
 }
 
+std::vector<Case> mixedInPlaceCases(int rank, int nranks, bool flip) {
+  // 256 KiB, 2 MiB and 8 MiB of float32: the allreduce pulls out of place but stages at 2 MiB once
+  // any rank is in place; reduce-scatter pulls either way.
+  std::vector<Case> cases;
+  const bool inPlace = (rank % 2 == 1) != flip;
+  for (Coll coll : {Coll::AllReduce, Coll::ReduceScatter}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      for (size_t count : {size_t{65536} + 3, size_t{524288}, size_t{2097152} + 17}) {
+        const size_t c = perRankCount(coll) ? count / static_cast<size_t>(nranks) : count;
+        cases.push_back(Case{coll, DataType::Float32, op, c, inPlace, -1});
+      }
+    }
+  }
+  return cases;
+}
+
 std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& counts) {
   static const DataType types[] = {DataType::Int8,    DataType::Uint8,  DataType::Int32,   DataType::Uint32,
                                    DataType::Int64,   DataType::Uint64, DataType::Float16, DataType::BFloat16,

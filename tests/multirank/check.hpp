@@ -194,6 +194,11 @@ size_t runCase(Communicator& comm, const Case& c, std::string* report);
 /// Every case of the matrix for one collective: dtypes x ops x counts x in-place.
 std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& counts);
 
+/// Allreduce and reduce-scatter where the ranks differ in working in place: rank r in place when r
+/// is odd (`flip`: when even), float32 sum and avg, at sizes on both sides of each single-copy
+/// choice (the choice must be the same on every rank). The case for this rank, for runCase.
+std::vector<Case> mixedInPlaceCases(int rank, int nranks, bool flip);
+
 /// Counts used by the matrix: {0, 1, 7, 1023, 1048579}, or a shorter list when CHORUS_TEST_QUICK=1
 /// (sanitizer builds).
 std::vector<size_t> matrixCounts();

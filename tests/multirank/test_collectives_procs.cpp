@@ -35,6 +35,18 @@ TEST_P(CollectivesProcesses, MatrixIsExact) {
   EXPECT_EQ(failures, 0u);
 }
 
+// Ranks may differ in working in place; whether a call reads its peers in place must not.
+TEST(CollectivesProcessesMixed, RanksDifferInPlace) {
+  Communicator& c = comm();
+  ASSERT_GE(c.size(), 2) << "run this test under chorusrun -n 2 (or more)";
+  for (bool flip : {false, true}) {
+    for (const Case& k : mixedInPlaceCases(c.rank(), c.size(), flip)) {
+      std::string report;
+      EXPECT_EQ(runCase(c, k, &report), 0u) << "rank " << c.rank() << ": " << describe(k, c.size()) << report;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CollectivesProcesses,
                          ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
                                            Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::AllToAllv,

@@ -54,6 +54,35 @@ TEST_P(CollectivesThreads, MatrixIsExact) {
   EXPECT_EQ(shown, 0u);
 }
 
+// Ranks may differ in working in place; whether a call reads its peers in place must not.
+TEST(CollectivesThreadsMixed, RanksDifferInPlace) {
+  for (int n : {2, 3}) {
+    Config config;
+    config.timeout = std::chrono::seconds(120);
+    auto comms = Communicator::createLocal(n, config);
+    std::vector<std::thread> threads;
+    std::vector<std::string> failures(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          for (bool flip : {false, true}) {
+            for (const Case& c : mixedInPlaceCases(r, n, flip)) {
+              std::string report;
+              if (runCase(comms[static_cast<size_t>(r)], c, &report)) {
+                failures[static_cast<size_t>(r)] += describe(c, n) + ": wrong " + report + "; ";
+              }
+            }
+          }
+        } catch (const Error& e) {
+          failures[static_cast<size_t>(r)] += std::string("threw ") + e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) EXPECT_EQ(failures[static_cast<size_t>(r)], "") << n << " ranks, rank " << r;
+  }
+}
+
 std::vector<Param> params() {
   std::vector<Param> out;
   for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast, Coll::Reduce,
