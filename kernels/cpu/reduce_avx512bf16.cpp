@@ -1,5 +1,5 @@
 // AVX-512 CPU kernels with AVX512_BF16: as reduce_avx512.cpp, but float32 -> bfloat16 uses
-// vcvtneps2bf16 (guarded against the subnormals it flushes, see Vec<BFloat16> in reduce_impl.hpp).
+// vcvtne2ps2bf16 (guarded against the subnormals it flushes, see Vec<BFloat16> in reduce_vec.hpp).
 // Called only when the CPU has AVX512_BF16 (dispatch.cpp).
 #if defined(__x86_64__) || defined(__i386__)
 #if !defined(__AVX512F__) || !defined(__AVX512BF16__)

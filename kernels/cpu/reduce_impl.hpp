@@ -56,7 +56,7 @@
 #else
 #define CHORUS_KERNELS_VECTOR_AVX512 0
 #endif
-// vcvtneps2bf16: float32 -> bfloat16 in one instruction (guarded: it flushes subnormals).
+// vcvtne2ps2bf16: 32 float32 -> bfloat16 in one instruction (guarded: it flushes subnormals).
 #if CHORUS_KERNELS_VECTOR_AVX512 && defined(__AVX512BF16__)
 #define CHORUS_KERNELS_NATIVE_BF16 1
 #else

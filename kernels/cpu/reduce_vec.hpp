@@ -93,14 +93,12 @@ struct Vec<BFloat16> {
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
   }
 #if CHORUS_KERNELS_NATIVE_BF16
-  // vcvtneps2bf16 rounds and quiets NaN exactly as round() but turns float32 subnormals into zero:
-  // used only where neither register holds one (exponent 0, mantissa not).
-  static bool hasSubnormal(V v) {
-    const __m512i u = _mm512_castps_si512(v);
-    return (_mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
-            _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff))) != 0;
+  // vcvtne2ps2bf16 rounds and quiets NaN exactly as round() but turns float32 subnormals into
+  // zero: used only where neither register holds one (vfpclassps class 0x20: denormal; one test of
+  // both masks).
+  static bool noSubnormal(V lo, V hi) {
+    return _kortestz_mask16_u8(_mm512_fpclass_ps_mask(lo, 0x20), _mm512_fpclass_ps_mask(hi, 0x20));
   }
-  static __m256i native(V v) { return __builtin_bit_cast(__m256i, _mm512_cvtneps_pbh(v)); }
 #endif
   template <bool kExact = false>
   static void store(BFloat16* p, V lo, V hi) {
@@ -115,13 +113,13 @@ struct Vec<BFloat16> {
       b = round(hi);
     } else {
 #if CHORUS_KERNELS_NATIVE_BF16
-      if (__builtin_expect(!hasSubnormal(lo) && !hasSubnormal(hi), 1)) {
-        a = native(lo);
-        b = native(hi);
-      } else {
-        a = round(lo);
-        b = round(hi);
+      if (__builtin_expect(noSubnormal(lo, hi), 1)) {
+        // All 32 in one conversion and one store: lo becomes elements 0-15, hi 16-31.
+        _mm512_storeu_si512(p, __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo)));
+        return;
       }
+      a = round(lo);
+      b = round(hi);
 #else
       a = round(lo);
       b = round(hi);
