@@ -82,9 +82,10 @@ constexpr size_t kZeroCopyMinBytes = size_t{64} << 10;
 
 /// Whether reading peers' ordinary buffers in place (trySingleCopy) beats staging them for a call
 /// of `kind` with a message of `messageBytes` (the per-rank block for all-gather and all-to-all,
-/// the buffer for broadcast) and `outputBytes` per rank (single_copy.cpp has the measurements).
-/// CHORUS_CMA=0: never; CHORUS_CMA=<size>: from that message size up, for every collective that
-/// has a single-copy path (allreduce, reduce-scatter, all-gather, broadcast, all-to-all).
+/// the buffer for broadcast and allreduce, the whole send buffer for reduce-scatter) and `outputBytes` per
+/// rank (single_copy.cpp has the measurements). CHORUS_CMA=0: never; CHORUS_CMA=<size>: from that message
+/// size up, for every collective that has a single-copy path (allreduce, reduce-scatter, all-gather,
+/// broadcast, all-to-all).
 bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes);
 
 /// For the reductions (allreduce, reduce-scatter), whose single copy pulls the peers' inputs

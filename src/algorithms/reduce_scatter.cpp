@@ -15,7 +15,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   std::vector<engine::PeerBuffers> peers;
   const size_t sendBytes = static_cast<size_t>(n) * op.count * elem;
-  if (trySingleCopy(ctx, op.kind, op.count * elem, op.count * elem, op.send, sendBytes, op.recv, 0, peers)) {
+  if (trySingleCopy(ctx, op.kind, sendBytes, op.count * elem, op.send, sendBytes, op.recv, 0, peers)) {
     if (!peers[static_cast<size_t>(me)].mapped) {
       // Single copy: pull block `me` of every peer's input into cache, reduce into the output.
       reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n));

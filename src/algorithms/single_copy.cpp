@@ -54,8 +54,8 @@ bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes) {
       return messageBytes >= 128 * K;
     case OpKind::AllReduce:  // the union of pullingPays's ranges: in place or out of place
       return messageBytes >= 256 * K && messageBytes <= 32 * M;
-    case OpKind::ReduceScatter:
-      return messageBytes >= 16 * K;
+    case OpKind::ReduceScatter:  // the whole send buffer, as zero copy's threshold (16 KiB blocks at 2 ranks)
+      return messageBytes >= 32 * K;
     default:
       return false;
   }
