@@ -179,10 +179,13 @@ std::unique_ptr<ShmGroup> makeShmGroup(Store& store, const std::string& tag, con
   shm.timeout = options.timeout;
   shm.throwIfPeerFailed = options.throwIfPeerFailed;
   shm.noPeerReads = options.noPeerReads;
+  shm.inPlaceMinBytes = options.inPlaceMinBytes;
+  shm.peerReadsRegardless = options.peerReadsRegardless;
   int index = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const size_t r = static_cast<size_t>(ranks[i]);
     shm.peerPids.push_back(r < options.peerPids.size() ? options.peerPids[r] : 0);
+    shm.commRanks.push_back(ranks[i]);
     if (ranks[i] == rank) index = static_cast<int>(i);
   }
   return std::make_unique<ShmGroup>(store, index, static_cast<int>(ranks.size()), shm);

@@ -46,6 +46,10 @@ struct ConnectOptions {
   bool tcpOnly = false;
   /// Why this rank offers no in-place reads of its host peers' ordinary memory ("" = it offers them).
   std::string noPeerReads;
+  /// Where they are read: point-to-point payloads from this size on are sent by address (0: never).
+  size_t inPlaceMinBytes = 0;
+  /// Read host peers in place however slow cross-memory attach is (ShmGroupOptions).
+  bool peerReadsRegardless = false;
   /// Throws the failure a peer published, if one did (called when a peer is found gone in set-up).
   std::function<void()> throwIfPeerFailed;
 };

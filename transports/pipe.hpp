@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace chorus::transport {
@@ -32,6 +33,15 @@ class SendPipe {
     (void)data, (void)n, (void)granule;
     return 0;
   }
+  /// Single copy: where the receiver can read this process's memory in place (shared memory
+  /// between ranks whose processes may read each other, shm_group.hpp), the smallest payload the
+  /// engine may send as its address, which the receiver then copies from (RecvPipe::readInPlace);
+  /// 0: never. Such a payload must stay untouched until inPlaceReadsDone() counts it.
+  virtual size_t inPlaceMinBytes() const { return 0; }
+  /// Numbers the next payload sent by address on this pipe (1, 2, ...).
+  virtual uint64_t postInPlace() { return 0; }
+  /// How many payloads sent by address the receiver has finished copying (acquire).
+  virtual uint64_t inPlaceReadsDone() const { return 0; }
 };
 
 class RecvPipe {
@@ -49,6 +59,15 @@ class RecvPipe {
     (void)dst, (void)n, (void)granule;
     return 0;
   }
+  /// Copies `bytes` from address `remote` of the sender's memory (a payload it sent by address)
+  /// to `dst`; false where this pipe cannot (the engine reports the stream as corrupt). Throws
+  /// chorus::Error naming the sender where the system refuses the read.
+  virtual bool readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
+    (void)dst, (void)remote, (void)bytes;
+    return false;
+  }
+  /// Tells the sender that one more of its payloads sent by address has been copied (release).
+  virtual void finishInPlace() {}
 };
 
 }  // namespace chorus::transport

@@ -199,11 +199,14 @@ const Setting kSettings[] = {
      showSize<&EnvConfig::ntStoreBytes>},
     // 0: never read peers' chorusMemAlloc buffers in place. Config::zeroCopy.
     {"CHORUS_ZERO_COPY", "must be 0 or 1", flag<&EnvConfig::zeroCopy>, showFlag<&EnvConfig::zeroCopy>},
-    // Single copy of ordinary buffers between processes: 0 off, 1 or auto (each collective's own
-    // threshold), or a size: the smallest message read in place, for every collective.
+    // Single copy of ordinary buffers between processes: 0 off; auto (each collective's own
+    // threshold, where cross-memory attach is fast enough here, measured at set-up); 1 (each
+    // collective's own threshold, whatever the speed); or a size: the smallest message read in
+    // place, for every collective, whatever the speed.
     {"CHORUS_CMA", "must be 0, 1, auto or a size such as 256K",
      [](const std::string& s, EnvConfig& c) {
        c.cma = s != "0";
+       c.cmaAlways = s != "0" && s != "auto";
        c.cmaMinBytes = 0;
        if (s == "0" || s == "1" || s == "auto") return true;
        auto b = parseByteSize(s);
@@ -212,7 +215,10 @@ const Setting kSettings[] = {
        return true;
      },
      [](const EnvConfig& c) {
-       return !c.cma ? std::string("0") : c.cmaMinBytes ? std::to_string(c.cmaMinBytes) : std::string("auto");
+       return !c.cma          ? std::string("0")
+              : c.cmaMinBytes ? std::to_string(c.cmaMinBytes)
+              : c.cmaAlways   ? std::string("1")
+                              : std::string("auto");
      }},
     // Testing: the ranks of one host play this many hosts (0 = off). Config::virtualHosts.
     {"CHORUS_VIRTUAL_HOSTS", "must be a number of hosts (0 = off)", intIn<&EnvConfig::virtualHosts, 0, 65536>,

@@ -30,8 +30,11 @@ struct EnvConfig {
   /// Collectives read peers' chorusMemAlloc buffers in place when every rank's buffers are such.
   bool zeroCopy = true;
   /// CHORUS_CMA: collectives read peers' ordinary buffers in place (cross-memory attach) where the
-  /// system allows it, from cmaMinBytes per message, or (0) from each collective's own threshold.
+  /// system allows it, from cmaMinBytes per message, or (0) from each collective's own threshold;
+  /// "auto" only where cross-memory attach is fast enough on this machine (measured at set-up),
+  /// "1" (cmaAlways) or a size whatever its speed.
   bool cma = true;
+  bool cmaAlways = false;
   size_t cmaMinBytes = 0;
   /// Testing and validation: ranks of one host split into this many emulated hosts (0/1: off).
   int virtualHosts = 0;

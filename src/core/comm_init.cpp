@@ -197,9 +197,13 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.tcpOnly = config_.transport == "tcp";
     options.noPeerReads =
         !envConfig().cma ? std::string("CHORUS_CMA=0")
-        : localRanks > cores && envConfig().cmaMinBytes == 0  // a size forces it
+        : localRanks > cores && !envConfig().cmaAlways  // CHORUS_CMA=1 or a size forces it
             ? strCat(localRanks, " ranks share its ", cores, " cores (measured: staging is faster then)")
             : std::string();
+    // Point-to-point payloads as large as the pipe itself never completed without the receiver:
+    // from there on the receiver copies them straight from the sender's buffer (transfer.cpp).
+    options.inPlaceMinBytes = envConfig().cmaMinBytes ? envConfig().cmaMinBytes : config_.shmFifoBytes;
+    options.peerReadsRegardless = envConfig().cmaAlways;
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);
     if (transport::ShmGroup* group = peers_->shm()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -30,10 +31,12 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
   if (t.phase == 0) {
     std::span<std::byte> s = pipe.reserve();
     if (s.size() < 8) return false;
-    uint64_t h = MessageHeader::encode(t.tag, t.bytes);
+    const size_t inPlaceMin = pipe.inPlaceMinBytes();
+    const bool byAddress = inPlaceMin && t.bytes >= inPlaceMin && t.waitFor < 0;
+    uint64_t h = MessageHeader::encode(t.tag, t.bytes, byAddress);
     std::memcpy(s.data(), &h, 8);
     pipe.commit(8);
-    t.phase = 1;
+    t.phase = byAddress ? 4 : 1;
     moved = true;
   }
   if (t.phase == 1) {
@@ -76,8 +79,55 @@ bool stepSend(Transfer& t, std::span<Transfer> all, transport::SendPipe& pipe) {
     t.phase = 3;
     moved = true;
   }
+  if (t.phase == 4) {  // single copy: the payload's address, in place of its bytes
+    std::span<std::byte> s = pipe.reserve();
+    if (s.size() >= 8) {
+      const uint64_t address = reinterpret_cast<uintptr_t>(t.src);
+      std::memcpy(s.data(), &address, 8);
+      pipe.commit(8);
+      t.ticket = pipe.postInPlace();
+      t.phase = 5;
+      moved = true;
+    }
+  }
+  if (t.phase == 5 && pipe.inPlaceReadsDone() >= t.ticket) {  // the receiver has copied it
+    t.done = t.bytes;
+    t.phase = 3;
+    moved = true;
+  }
   if (moved) pipe.flush();
   return moved;
+}
+
+// Single copy: the payload of `t` from the sender's buffer at `address`, straight into its
+// destination (Recv) or through a cache-sized piece reduced into it (RecvReduce).
+void receiveInPlace(Transfer& t, transport::RecvPipe& pipe, uint64_t address, int self,
+                    const std::function<std::string()>& what) {
+  const auto refused = [&] {
+    fail(chorusInternalError, strCat("rank ", self, ": ", what(), ": message from rank ", t.peer,
+                                     " was sent by address, which this pipe cannot read (a corrupt stream)"));
+  };
+  try {
+    if (t.kind == TransferKind::Recv) {
+      if (t.bytes && !pipe.readInPlace(t.dst, address, t.bytes)) refused();
+    } else {
+      // Half of a 1 MiB L2 with the operand and the output beside it; whole elements.
+      constexpr size_t kPiece = size_t{256} << 10;
+      thread_local std::unique_ptr<std::byte[]> scratch;
+      if (!scratch) scratch = std::make_unique<std::byte[]>(kPiece);
+      const size_t piece = kPiece / t.elemSize * t.elemSize;
+      for (size_t o = 0; o < t.bytes; o += piece) {
+        const size_t n = std::min(piece, t.bytes - o);
+        if (!pipe.readInPlace(scratch.get(), address + o, n)) refused();
+        const void* srcs[2] = {t.src + o, scratch.get()};
+        kernels::reduce(t.dst + o, srcs, 2, n / t.elemSize, t.dtype, t.op, t.avgDivisor);
+      }
+    }
+  } catch (const Error& e) {
+    fail(e.code(), strCat("rank ", self, ": ", what(), ": ", e.what()));
+  }
+  pipe.finishInPlace();
+  t.done = t.bytes;
 }
 
 bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::function<std::string()>& what) {
@@ -97,8 +147,18 @@ bool stepRecv(Transfer& t, transport::RecvPipe& pipe, int self, const std::funct
                   "); the ranks called different operations, counts or types"));
     }
     pipe.consume(8);
-    t.phase = 1;
+    t.phase = header.byAddress ? 4 : 1;
     moved = true;
+  }
+  if (t.phase == 4) {  // single copy: the sender's buffer address
+    std::span<const std::byte> s = pipe.peek();
+    if (s.size() < 8) return moved;
+    uint64_t address;
+    std::memcpy(&address, s.data(), 8);
+    pipe.consume(8);
+    receiveInPlace(t, pipe, address, self, what);
+    t.phase = 3;
+    return true;
   }
   if (t.phase == 1) {
     const bool direct = t.kind == TransferKind::Recv && pipe.direct() && t.bytes >= kDirectBytes;
@@ -213,6 +273,11 @@ void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& wait
       if (shown++ == 8) {
         s += " ...";
         break;
+      }
+      if (t.phase >= 4) {
+        s += strCat(" [", kindName(t.kind), " rank ", t.peer, ": ", t.bytes, " bytes, sent by address",
+                    t.phase == 5 ? ", not yet copied by the receiver]" : "]");
+        continue;
       }
       s += strCat(" [", kindName(t.kind), " rank ", t.peer, ": ", t.done, " of ", t.bytes, " bytes]");
     }

@@ -9,6 +9,12 @@
 // Framing: each message is an 8-byte header (tag, length) + payload + padding to 8 bytes, so every
 // message starts 8-aligned in the stream. A receiver that expects a different length or tag fails
 // with an error naming the peer instead of corrupting data.
+//
+// Single copy: where the pipe offers it (SendPipe::inPlaceMinBytes: shared memory between ranks
+// that may read each other's memory), a Send of at least that many bytes whose data is all there
+// (no `waitFor`) goes as its header, flagged, and the payload's address in its place; the receiver
+// copies (or reduces) the payload straight from the sender's buffer and tells the sender, whose
+// transfer completes then. One copy per byte instead of two, and no pipe-sized pipelining.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +51,10 @@ struct Transfer {
 
   // Progress, owned by the engine.
   size_t done = 0;
-  uint8_t phase = 0;  // 0 header, 1 payload, 2 padding, 3 complete
+  /// 0 header, 1 payload, 2 padding, 3 complete; single copy: 4 the payload's address, 5 (a send)
+  /// waiting for the receiver to have copied it.
+  uint8_t phase = 0;
+  uint64_t ticket = 0;  // a send by address: its number on the pipe (SendPipe::postInPlace)
   bool complete() const { return phase == 3; }
 
   static Transfer send(int peer, const void* data, size_t bytes, size_t elemSize, uint16_t tag) {
@@ -72,22 +81,27 @@ struct Transfer {
                              int avgDivisor, uint16_t tag);
 };
 
-/// The 8-byte message header: the tag (salted) in the top 16 bits, the payload length in the low 48.
+/// The 8-byte message header: the tag (salted) in the top 16 bits, then whether the payload is
+/// sent by address (one bit), the payload length in the low 47.
 struct MessageHeader {
   static constexpr uint64_t kLengthBits = 48;
-  static constexpr uint64_t kLengthMask = (uint64_t{1} << kLengthBits) - 1;
+  static constexpr uint64_t kByAddress = uint64_t{1} << 47;
+  static constexpr uint64_t kLengthMask = kByAddress - 1;
   static constexpr uint16_t kTagSalt = 0xC3A5;
 
   uint16_t tag = 0;
-  size_t length = 0;  // < 2^48
+  size_t length = 0;  // < 2^47
+  bool byAddress = false;
 
-  /// Lengths are truncated to 48 bits (a message is never that large).
-  static uint64_t encode(uint16_t tag, size_t bytes) {
-    return (uint64_t{static_cast<uint16_t>(tag ^ kTagSalt)} << kLengthBits) | (bytes & kLengthMask);
+  /// Lengths are truncated to 47 bits (a message is never that large).
+  static uint64_t encode(uint16_t tag, size_t bytes, bool byAddress = false) {
+    return (uint64_t{static_cast<uint16_t>(tag ^ kTagSalt)} << kLengthBits) | (byAddress ? kByAddress : 0) |
+           (bytes & kLengthMask);
   }
   /// Any 64-bit value decodes; the receiver compares the result with what it expects.
   static MessageHeader decode(uint64_t h) {
-    return {static_cast<uint16_t>((h >> kLengthBits) ^ kTagSalt), static_cast<size_t>(h & kLengthMask)};
+    return {static_cast<uint16_t>((h >> kLengthBits) ^ kTagSalt), static_cast<size_t>(h & kLengthMask),
+            (h & kByAddress) != 0};
   }
 };
 

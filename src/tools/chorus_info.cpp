@@ -23,6 +23,7 @@
 #include "topology/comm_topology.hpp"
 #include "transports/factory.hpp"
 #include "transports/shm/peer_memory.hpp"
+#include "transports/shm/shm_group.hpp"
 #include "transports/shm/shm_segment.hpp"
 #include "transports/tcp/net_interfaces.hpp"
 #include "tuning/tuning.hpp"
@@ -66,6 +67,20 @@ bool singleCopyAllowed(std::string* state) {
   return ok;
 }
 
+// What CHORUS_CMA=auto makes of cross-memory attach's speed here, measured as a communicator's
+// first rank measures it at set-up.
+std::string singleCopySpeed(double speed, const chorus::EnvConfig& env) {
+  using chorus::transport::kMinPeerReadSpeed;
+  const std::string pct = chorus::strCat("copies 4 MiB at ", static_cast<int>(speed * 100 + 0.5),
+                                         "% of memcpy's rate (single copy pays from ",
+                                         static_cast<int>(kMinPeerReadSpeed * 100), "%): ");
+  if (!env.cma) return pct + "not used (CHORUS_CMA=0)";
+  if (env.cmaAlways)
+    return pct + "used whatever its speed (CHORUS_CMA=" + chorus::configValue("CHORUS_CMA") + ")";
+  return pct + (speed >= kMinPeerReadSpeed ? "used between processes"
+                                           : "heap buffers are staged between processes");
+}
+
 // What chorus-info reports, gathered once for the text and the JSON output.
 struct Facts {
   int ranks = 0;
@@ -83,6 +98,7 @@ struct Facts {
   bool cudaReady = false;
   std::string singleCopyState;
   bool singleCopyReady = false;
+  double singleCopySpeed = 0;  // cross-memory attach's rate / memcpy's (0: refused)
 };
 
 // Reads the configuration, creates a local communicator of `ranks` threads and probes the transports.
@@ -113,6 +129,7 @@ Facts gather(int ranks) {
 
   f.cudaReady = device::available(&f.cudaState);
   f.singleCopyReady = singleCopyAllowed(&f.singleCopyState);
+  if (f.singleCopyReady) f.singleCopySpeed = transport::measurePeerReadSpeed();
   return f;
 }
 
@@ -150,6 +167,10 @@ void printJson(const Facts& f) {
                   {"verbs", f.ibState}};
   j["single_copy"] = {{"allowed", f.singleCopyReady},
                       {"state", f.singleCopyState},
+                      {"speed", f.singleCopySpeed},
+                      {"min_speed", transport::kMinPeerReadSpeed},
+                      {"used", f.singleCopyReady && env.cma &&
+                                   (env.cmaAlways || f.singleCopySpeed >= transport::kMinPeerReadSpeed)},
                       {"CHORUS_CMA", configValue("CHORUS_CMA")}};
   const topo::CacheThresholds& t = topo::localCacheThresholds();
   j["thresholds"] = {{"l2_bytes", t.l2Bytes},
@@ -217,10 +238,13 @@ void printSetup(const Facts& f) {
               formatBytes(config.shmStageBytes).c_str(),
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
+  if (f.singleCopyReady)
+    std::printf("                   %s\n", singleCopySpeed(f.singleCopySpeed, env).c_str());
   std::printf(
       "                   heap buffers of allreduce, reduce-scatter, all-gather, broadcast and all-to-all "
-      "read in place: "
+      "read in place, point-to-point messages from %s sent by address (ranks of one process: always): "
       "CHORUS_CMA=%s (docs/performance.md)\n",
+      formatBytes(env.cmaMinBytes ? env.cmaMinBytes : config.shmFifoBytes).c_str(),
       configValue("CHORUS_CMA").c_str());
   std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
   std::printf("\nConfiguration (environment, then defaults)\n");

@@ -4,7 +4,11 @@
 
 #include <memory>
 
+#include "base/config.hpp"
 #include "check.hpp"
+#include "core/comm_impl.hpp"
+#include "engine/shm_sync.hpp"
+#include "transports/shm/shm_group.hpp"
 
 using namespace chorus;
 using namespace chorus::testing;
@@ -44,6 +48,39 @@ TEST(CollectivesProcessesMixed, RanksDifferInPlace) {
       std::string report;
       EXPECT_EQ(runCase(c, k, &report), 0u) << "rank " << c.rank() << ": " << describe(k, c.size()) << report;
     }
+  }
+}
+
+// Whether heap buffers are read in place is one verdict for the host: under CHORUS_CMA=auto the
+// first rank measures cross-memory attach's speed at set-up and every rank reads that figure, so
+// all ranks agree, and read in place exactly where it is fast enough; CHORUS_CMA=1 or a size reads
+// in place without measuring.
+TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
+  Communicator& c = comm();
+  engine::ShmSync* sm = c.impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  const transport::ShmGroup& g = sm->group();
+  const double mine[2] = {g.peerMemoryReadable() ? 1.0 : 0.0, g.peerReadSpeed()};
+  std::vector<double> all(2 * static_cast<size_t>(c.size()));
+  c.allGather(mine, all.data(), 2, DataType::Float64);
+  for (int r = 0; r < c.size(); ++r) {
+    EXPECT_EQ(all[2 * static_cast<size_t>(r)], mine[0]) << "rank " << r << " decided otherwise";
+    EXPECT_EQ(all[2 * static_cast<size_t>(r) + 1], mine[1]) << "rank " << r << " saw another speed";
+  }
+  const EnvConfig& env = envConfig();
+  const std::string why = g.peerMemoryNote();
+  if (!env.cma) {
+    EXPECT_EQ(mine[0], 0.0);
+  } else if (env.cmaAlways) {
+    EXPECT_EQ(mine[1], 0.0) << "measured although CHORUS_CMA forces single copy";
+  } else if (mine[1] > 0) {
+    EXPECT_LT(mine[1], 20.0);
+    EXPECT_EQ(mine[0] == 1.0, mine[1] >= transport::kMinPeerReadSpeed) << why;
+    if (mine[0] == 0.0) {
+      EXPECT_NE(why.find("cross-memory attach copies at"), std::string::npos) << why;
+    }
+  } else {
+    EXPECT_EQ(mine[0], 0.0) << "read in place without a measured speed";  // refused, or ranks outnumber cores
   }
 }
 

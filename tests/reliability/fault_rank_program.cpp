@@ -318,6 +318,24 @@ int main(int argc, char** argv) {
     if (!reportFailedCall(r, msSince(t0), comm, myRank, mode)) return 3;
     return 0;
   }
+  if (mode == "single-copy-p2p-death") {
+    // A ring shift of 1 MiB per rank, sent by address (CHORUS_CMA forces it): rank r sends to r+1
+    // and receives from r-1; the victim dies as it reads rank r-1's buffer.
+    chorusComm_t comm = nullptr;
+    if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
+    int nranks = 0;
+    chorusCommCount(comm, &nranks);
+    armPeerReadFault(myRank == victim);
+    const size_t count = size_t{256} << 10;
+    std::vector<float> send(count, 1.0f), recv(count);
+    auto t0 = Clock::now();
+    chorusGroupStart();
+    chorusSend(send.data(), count, chorusFloat32, (myRank + 1) % nranks, comm, nullptr);
+    chorusRecv(recv.data(), count, chorusFloat32, (myRank + nranks - 1) % nranks, comm, nullptr);
+    chorusResult_t r = chorusGroupEnd();
+    if (!reportFailedCall(r, msSince(t0), comm, myRank, mode)) return 3;
+    return 0;
+  }
   if (mode == "shm-setup") {
     if (myRank == victim) armFallocateFault(500);
     chorusComm_t comm = nullptr;

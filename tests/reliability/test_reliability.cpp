@@ -694,6 +694,13 @@ TEST_F(Fault, KillDashNineSingleCopyPeer_NamedAsDead) {
                         {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
 }
 
+// And on point-to-point messages sent by address (transfer.cpp), in a ring shift: rank 2 reads the
+// dead rank's buffer, rank 0 waits for it to have read its own; both say it died.
+TEST_F(Fault, KillDashNineSingleCopySendRecvPeer_NamedAsDead) {
+  expectVictimNamedDead("single-copy-p2p-death",
+                        {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
+}
+
 // Single copy needs every rank: where rank 1 declines (CHORUS_CMA=0), every rank stages, says why
 // in its SHM log, and the results stay exact.
 TEST_F(Fault, SingleCopyDeclinedByOneRank_EveryRankStages) {

@@ -26,6 +26,14 @@ uint64_t processNonce();
 /// (EPERM: ...)").
 bool probePeerMemory(int pid, uint64_t address, std::string* why = nullptr);
 
+/// How fast cross-memory attach copies on this machine, relative to memcpy: this process reads
+/// `bytes` of its own heap through process_vm_readv (the kernel's path for a peer's memory) and
+/// copies them with memcpy, best of a few interleaved rounds each; returns memcpy's time / the
+/// read's time (0.25: the read moves bytes at a quarter of memcpy's rate), or 0 where the read is
+/// refused. About 3 ms for 4 MiB. Single copy of heap buffers saves one of staging's two copies, so
+/// it pays only where this is well above 0.5 (docs/performance.md, "Single copy").
+double measurePeerReadSpeed(size_t bytes = size_t{4} << 20);
+
 /// Copies `bytes` from address `remote` of process `pid` to `local` (a loop over partial reads).
 /// Throws chorus::Error (chorusSystemError) naming `what`, the process and errno where the system
 /// refuses: the peer exited (ESRCH), the range is not mapped there (EFAULT), permission (EPERM).

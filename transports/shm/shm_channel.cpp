@@ -1,6 +1,9 @@
 #include "transports/shm/shm_channel.hpp"
 
 #include <algorithm>
+#include <cstring>
+
+#include "transports/shm/peer_memory.hpp"
 
 namespace chorus::transport {
 
@@ -42,6 +45,20 @@ std::span<const std::byte> ShmRecvPipe::peek() {
 void ShmRecvPipe::consume(size_t n) {
   tail_ += n;
   ctrl_->tail.store(tail_, std::memory_order_release);
+}
+
+bool ShmRecvPipe::readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
+  if (senderPid_ == 0) {
+    std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(remote)), bytes);
+  } else {
+    readPeerMemory(senderPid_, dst, remote, bytes, sender_.c_str());
+  }
+  return true;
+}
+
+void ShmRecvPipe::finishInPlace() {
+  // Release: our reads of the sender's buffer are done before it may reuse it.
+  ctrl_->readsDone.store(++readsDone_, std::memory_order_release);
 }
 
 }  // namespace chorus::transport

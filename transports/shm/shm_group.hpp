@@ -49,6 +49,8 @@ struct ShmGroupOptions {
   /// By group rank: the process id of each peer whose liveness this process can watch (same pid
   /// namespace, another process), else 0. A peer that exits during set-up stops it at once.
   std::vector<int> peerPids;
+  /// By group rank: the rank in the communicator, which errors name (empty: the group rank).
+  std::vector<int> commRanks;
   /// Throws the failure a peer published, if one did (called when a peer is found gone: a peer
   /// that failed publishes why before it exits, which names the cause better than its exit).
   std::function<void()> throwIfPeerFailed;
@@ -56,7 +58,19 @@ struct ShmGroupOptions {
   /// every rank must offer it, and every rank must be able to read every other process, for the
   /// group to.
   std::string noPeerReads;
+  /// Where every rank reads every other in place: point-to-point payloads from this size on are
+  /// sent by address (0: never).
+  size_t inPlaceMinBytes = 0;
+  /// Read peers in place however slow cross-memory attach is here (CHORUS_CMA=1 or a size). Else
+  /// group rank 0 measures its speed at set-up (measurePeerReadSpeed) and, below
+  /// kMinPeerReadSpeed, every rank stages. Rank 0's setting decides for the group.
+  bool peerReadsRegardless = false;
 };
+
+/// Cross-memory attach must copy at least this fraction of memcpy's rate for reading peers'
+/// ordinary memory in place to be used (it saves one of staging's two copies, but runs on one
+/// core where staging's two run on both; docs/performance.md, "Single copy").
+constexpr double kMinPeerReadSpeed = 0.5;
 
 /// Where a rank's buffers of one buffer exchange are, and what they are for.
 struct PublishedBuffers {
@@ -148,8 +162,12 @@ class ShmGroup final : public Transport {
   /// on every pair at set-up. The same answer on every rank.
   bool peerMemoryReadable() const { return peerReadable_; }
   /// Why not, when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)", "rank 0 cannot read
-  /// rank 1: process 123 refused it: ..."); empty otherwise.
+  /// rank 1: process 123 refused it: ...", "cross-memory attach copies at 25% of memcpy's rate
+  /// here ..."); empty otherwise.
   const std::string& peerMemoryNote() const { return peerReadNote_; }
+  /// Cross-memory attach's speed relative to memcpy as group rank 0 measured it at set-up (0: not
+  /// measured: every rank in one process, reads refused, or peerReadsRegardless).
+  double peerReadSpeed() const { return peerReadSpeed_; }
   /// Rank r's process id, or 0 when r is in this process (its memory is addressable here).
   int remotePid(int r) const { return remotePids_[static_cast<size_t>(r)]; }
 
@@ -160,7 +178,7 @@ class ShmGroup final : public Transport {
   void mapSegments(Store& store, const ShmGroupOptions& options);
   // Before the ranks' last set-up barrier: probes reading every peer process's memory, publishes
   // the answer. After it: combines every rank's answer (probePeers, agreePeerReads).
-  void probePeers(const std::string& noPeerReads);
+  void probePeers(const std::string& noPeerReads, bool regardless);
   void agreePeerReads();
 
   int rank_;
@@ -175,6 +193,7 @@ class ShmGroup final : public Transport {
   std::vector<std::byte*> stages_;
   std::vector<int> remotePids_;  // index = rank; 0 = this process
   bool peerReadable_ = false;
+  double peerReadSpeed_ = 0;
   std::string peerReadNote_;
 };
 

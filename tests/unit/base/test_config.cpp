@@ -34,6 +34,25 @@ TEST(Config, UnsetVariablesKeepTheDefaults) {
   EXPECT_EQ(c.net, "");
 }
 
+// CHORUS_CMA: auto reads in place where cross-memory attach is fast enough (measured at set-up);
+// 1 whatever its speed, with each collective's own thresholds; 0 never.
+TEST(Config, CmaSettings) {
+  const EnvConfig a = readFrom({{"CHORUS_CMA", "auto"}});
+  EXPECT_TRUE(a.cma);
+  EXPECT_FALSE(a.cmaAlways);
+  EXPECT_EQ(a.cmaMinBytes, 0u);
+  const EnvConfig one = readFrom({{"CHORUS_CMA", "1"}});
+  EXPECT_TRUE(one.cma);
+  EXPECT_TRUE(one.cmaAlways);
+  EXPECT_EQ(one.cmaMinBytes, 0u);
+  const EnvConfig off = readFrom({{"CHORUS_CMA", "0"}});
+  EXPECT_FALSE(off.cma);
+  EXPECT_FALSE(off.cmaAlways);
+  const EnvConfig unset = readFrom({});
+  EXPECT_TRUE(unset.cma);
+  EXPECT_FALSE(unset.cmaAlways);
+}
+
 TEST(Config, EveryKindParses) {
   const EnvConfig c = readFrom({{"CHORUS_DEBUG", "info"},
                                 {"CHORUS_DEBUG_SUBSYS", "^TOPO"},
@@ -58,6 +77,7 @@ TEST(Config, EveryKindParses) {
   EXPECT_EQ(c.ntStoreBytes, SIZE_MAX);
   EXPECT_FALSE(c.zeroCopy);
   EXPECT_TRUE(c.cma);
+  EXPECT_TRUE(c.cmaAlways);  // a size reads in place whatever cross-memory attach's speed
   EXPECT_EQ(c.cmaMinBytes, size_t{64} << 10);
   EXPECT_EQ(c.waitPolicy, "yield");
   EXPECT_EQ(c.virtualHosts, 3);
