@@ -60,7 +60,8 @@ class RecvPipe {
     return 0;
   }
   /// Copies `bytes` from address `remote` of the sender's memory (a payload it sent by address)
-  /// to `dst`; false where this pipe cannot (the engine reports the stream as corrupt). Throws
+  /// to `dst`; false where this pipe cannot, whatever `bytes` (0 included: the engine asks so, and
+  /// reports the stream as corrupt). Throws
   /// chorus::Error naming the sender where the system refuses the read.
   virtual bool readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
     (void)dst, (void)remote, (void)bytes;

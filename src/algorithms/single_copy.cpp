@@ -5,8 +5,15 @@
 // thread here: 63% for 1 MiB, 76% for 16 MiB, 35% for 256 MiB), plain stores where staging
 // streams large outputs, and one synchronisation of every rank before any data moves.
 //
-// Measured with chorus-perf on the 2-core Xeon VM, 2 ranks, float32, CHORUS_CMA=0 against forced
-// single copy (docs/performance.md, "Single copy", has the table):
+// How fast the kernel copy is differs by machine: on an AMD EPYC VM process_vm_readv moved 4 MiB at
+// 23-25% of memcpy's rate, and staging beat single copy 1.2-3x at every size of allreduce,
+// all_gather and reduce_scatter from 32 KiB. So these ranges apply between processes only where
+// the host's first rank measured the read at 50% of memcpy's rate or more at set-up (ShmGroup;
+// peerReadsEnabled() is false otherwise; CHORUS_CMA=1 or a size skips the test).
+//
+// Measured with chorus-perf on the 2-core Xeon VM (the read at 63-76% of memcpy's rate), 2 ranks,
+// float32, CHORUS_CMA=0 against forced single copy (docs/performance.md, "Single copy", has the
+// table):
 //   all_gather: wins from 16 KiB blocks (1.3x at 32 KiB total, 1.8x at 256 KiB, 1.35x at 2 MiB,
 //               1.3x at 16 MiB), even at 32 MiB, loses from 48 MiB (no streaming stores).
 //   broadcast:  out of place wins from 64 KiB (1.9x) to 16 MiB (1.5x); but with the root in place

@@ -108,8 +108,9 @@ void receiveInPlace(Transfer& t, transport::RecvPipe& pipe, uint64_t address, in
                                      " was sent by address, which this pipe cannot read (a corrupt stream)"));
   };
   try {
+    if (!pipe.readInPlace(t.dst, address, 0)) refused();  // whether this pipe can, whatever the length
     if (t.kind == TransferKind::Recv) {
-      if (t.bytes && !pipe.readInPlace(t.dst, address, t.bytes)) refused();
+      if (!pipe.readInPlace(t.dst, address, t.bytes)) refused();
     } else {
       // Half of a 1 MiB L2 with the operand and the output beside it; whole elements.
       constexpr size_t kPiece = size_t{256} << 10;

@@ -1,5 +1,6 @@
-// Fuzz target: the engine's message framing (8-byte header: salted tag + 48-bit length, payload, padding
-// to 8 bytes), as parsed by receivers in runTransfers.
+// Fuzz target: the engine's message framing (8-byte header: salted tag, a by-address flag and a 47-bit
+// length, payload, padding to 8 bytes), as parsed by receivers in runTransfers. This pipe cannot read
+// a sender's memory, so a header flagged by address must fail cleanly, whatever its length.
 //
 // Input layout: byte 0 picks how many receives (1..4) and how the stream is chunked; then 4 bytes per
 // receive (kind + element size, length, tag); the rest is the byte stream arriving on the pipe, handed

@@ -48,6 +48,7 @@ void ShmRecvPipe::consume(size_t n) {
 }
 
 bool ShmRecvPipe::readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
+  if (bytes == 0) return true;
   if (senderPid_ == 0) {
     std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(remote)), bytes);
   } else {

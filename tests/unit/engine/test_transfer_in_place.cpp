@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -175,6 +176,26 @@ INSTANTIATE_TEST_SUITE_P(Reads, TransferInPlace, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return std::string(p.param ? "CrossMemoryAttach" : "SameProcess");
                          });
+
+// A receive that expects another length is refused from the flagged header, before any byte of
+// the sender's buffer is copied.
+TEST(TransferInPlaceFaults, MismatchedLengthIsRefusedBeforeAnyCopy) {
+  Link link(4096, 0);
+  std::vector<uint8_t> data(size_t{1} << 20, 7), got(data.size() / 2, 0);
+  std::vector<Transfer> at0 = {Transfer::send(1, data.data(), data.size(), 1, 1)};
+  std::vector<Transfer> at1 = {Transfer::recv(0, got.data(), got.size(), 1, 1)};
+  std::thread sender([&] { EXPECT_THROW(run(at0, link.rank0, 0, 1000ms), Error); });
+  try {
+    run(at1, link.rank1, 1);
+    ADD_FAILURE() << "a receive of another length completed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusInvalidUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("has 1048576 bytes"), std::string::npos) << e.what();
+  }
+  sender.join();
+  EXPECT_EQ(link.fifo.ctrl.readsDone.load(), 0u);
+  EXPECT_EQ(std::count(got.begin(), got.end(), uint8_t{0}), static_cast<ptrdiff_t>(got.size()));
+}
 
 // A sender whose process is gone: the receiver's read fails naming the sender's rank and saying it
 // died; the sender, never told of a copy, times out saying what it waits for.
