@@ -58,9 +58,8 @@ struct ShmGroup::Header {
   std::atomic<int32_t> peerReads;
   char peerReadText[256];
   // Group rank 0 only, written before its verdict: cross-memory attach's speed relative to memcpy
-  // in thousandths (0: not measured), and whether it reads in place regardless of the speed.
+  // in thousandths (0: not measured, and then not a reason to stage).
   uint32_t peerReadPermille;
-  uint32_t peerReadsRegardless;
 };
 
 ShmGroup::Header* ShmGroup::header(int r) const {
@@ -197,7 +196,6 @@ void ShmGroup::probePeers(const std::string& noPeerReads, bool regardless) {
   if (rank_ == 0) {
     // Released with the verdict below. Ranks of one process read each other with memcpy: nothing
     // to measure. (Every rank then has a peer of another process, or none has.)
-    own->peerReadsRegardless = regardless ? 1 : 0;
     own->peerReadPermille = 0;
     if (ok && anyRemote && !regardless) {
       own->peerReadPermille = static_cast<uint32_t>(std::clamp(measurePeerReadSpeed() * 1000.0, 1.0, 1e6));

@@ -63,7 +63,8 @@ struct ShmGroupOptions {
   size_t inPlaceMinBytes = 0;
   /// Read peers in place however slow cross-memory attach is here (CHORUS_CMA=1 or a size). Else
   /// group rank 0 measures its speed at set-up (measurePeerReadSpeed) and, below
-  /// kMinPeerReadSpeed, every rank stages. Rank 0's setting decides for the group.
+  /// kMinPeerReadSpeed, every rank stages. Group rank 0's setting decides whether it measures,
+  /// and so whether the speed gates the group.
   bool peerReadsRegardless = false;
 };
 
