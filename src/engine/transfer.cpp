@@ -290,8 +290,19 @@ void runTransfers(std::span<Transfer> ts, PipeSet& pipes, int self, Waiter& wait
       Transfer& t = ts[i];
       if (t.complete()) continue;
       if (blockedBy[i] >= 0 && !ts[static_cast<size_t>(blockedBy[i])].complete()) continue;
-      bool m = t.kind == TransferKind::Send ? stepSend(t, ts, pipes.sendPipe(t.peer))
-                                            : stepRecv(t, pipes.recvPipe(t.peer), self, what);
+      bool m = false;
+      if (t.kind == TransferKind::Send) {
+        m = stepSend(t, ts, pipes.sendPipe(t.peer));
+      } else {
+        try {
+          m = stepRecv(t, pipes.recvPipe(t.peer), self, what);
+        } catch (const Error&) {
+          // Reading a sender's buffer in place failed: a sender that exited after failing (a
+          // third rank died, say) has published why.
+          if (t.phase == 4) waiter.explainPeerError();
+          throw;
+        }
+      }
       moved |= m;
       if (t.complete()) --remaining;
     }

@@ -86,6 +86,14 @@ class Waiter {
   /// Call after a poll that made progress.
   void progressed() { idleCount_ = 0; }
 
+  /// After an error reading a peer's memory: throws the failure a peer published (or the abort)
+  /// if there is one, since a peer that failed first and then exited explains the error better
+  /// than its exit does. Returns otherwise.
+  void explainPeerError() {
+    auto none = [](int) { return false; };
+    health_.checkHealth(FunctionRef<bool(int)>(none));
+  }
+
   /// Call after a poll that made no progress. `describe()` says what is pending (for errors);
   /// `waitingOn(rank)` whether that rank is one we still need something from.
   template <typename Describe, typename WaitingOn>

@@ -10,7 +10,8 @@
 // 300 ms (the others), so the others look for the victim's buffer after it has died.
 //
 // process_vm_readv() likewise, for a peer that dies in the single-copy path: once armed, a read of
-// more than the 8-byte set-up probe kills the victim or first waits 300 ms (the others).
+// more than the 8-byte set-up probe kills the victim or first waits (the others: 300 ms, or as
+// armed).
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -23,8 +24,9 @@
 
 namespace {
 std::atomic<long> armedDelayMs{-1};
-std::atomic<int> openFault{0};  // 0: none, 1: die, 2: wait 300 ms first
-std::atomic<int> readFault{0};  // the same, for process_vm_readv
+std::atomic<int> openFault{0};      // 0: none, 1: die, 2: wait 300 ms first
+std::atomic<int> readFault{0};      // the same, for process_vm_readv
+std::atomic<long> readWaitMs{300};  // how long a reader that does not die waits first
 
 void sleepMs(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000};
@@ -46,7 +48,10 @@ int faultyOpen(const char* name, const char* path, int flags, va_list args) {
 
 void armFallocateFault(long delayMs) { armedDelayMs.store(delayMs); }
 void armPeerBufferFault(bool die) { openFault.store(die ? 1 : 2); }
-void armPeerReadFault(bool die) { readFault.store(die ? 1 : 2); }
+void armPeerReadFault(bool die, long waitMs) {
+  readWaitMs.store(waitMs);
+  readFault.store(die ? 1 : 2);
+}
 
 extern "C" ssize_t process_vm_readv(pid_t pid, const iovec* local, unsigned long nlocal, const iovec* remote,
                                     unsigned long nremote, unsigned long flags) {
@@ -54,7 +59,7 @@ extern "C" ssize_t process_vm_readv(pid_t pid, const iovec* local, unsigned long
   static const Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "process_vm_readv"));
   if (const int f = readFault.load(); f != 0 && nlocal > 0 && local[0].iov_len > 8) {
     if (f == 1) raise(SIGKILL);
-    sleepMs(300);
+    sleepMs(readWaitMs.load());
   }
   return real(pid, local, nlocal, remote, nremote, flags);
 }

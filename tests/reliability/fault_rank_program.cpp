@@ -73,7 +73,7 @@
 
 void armFallocateFault(long delayMs);  // fallocate_fault.cpp
 void armPeerBufferFault(bool die);
-void armPeerReadFault(bool die);
+void armPeerReadFault(bool die, long waitMs = 300);
 
 namespace {
 
@@ -320,12 +320,14 @@ int main(int argc, char** argv) {
   }
   if (mode == "single-copy-p2p-death") {
     // A ring shift of 1 MiB per rank, sent by address (CHORUS_CMA forces it): rank r sends to r+1
-    // and receives from r-1; the victim dies as it reads rank r-1's buffer.
+    // and receives from r-1; the victim dies as it reads rank r-1's buffer. The rank after it
+    // reads the victim's 300 ms later and fails; the rank before it reads that rank's buffer only
+    // after 1.5 s, when that rank has failed and exited.
     chorusComm_t comm = nullptr;
     if (chorusCommInitFromEnv(&comm) != chorusSuccess) return 2;
     int nranks = 0;
     chorusCommCount(comm, &nranks);
-    armPeerReadFault(myRank == victim);
+    armPeerReadFault(myRank == victim, (myRank + 1) % nranks == victim ? 1500 : 300);
     const size_t count = size_t{256} << 10;
     std::vector<float> send(count, 1.0f), recv(count);
     auto t0 = Clock::now();

@@ -695,10 +695,17 @@ TEST_F(Fault, KillDashNineSingleCopyPeer_NamedAsDead) {
 }
 
 // And on point-to-point messages sent by address (transfer.cpp), in a ring shift: rank 2 reads the
-// dead rank's buffer, rank 0 waits for it to have read its own; both say it died.
+// dead rank's buffer, rank 0 waits for it to have read its own; both say it died. Rank 2 fails and
+// exits before rank 0 reads rank 2's buffer (rank 0 waits 1.5 s first): rank 0 then reports what
+// rank 2 published (that rank 1 died), not that rank 2 went away.
 TEST_F(Fault, KillDashNineSingleCopySendRecvPeer_NamedAsDead) {
-  expectVictimNamedDead("single-copy-p2p-death",
-                        {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
+  const auto reports = expectVictimNamedDead(
+      "single-copy-p2p-death", {{"CHORUS_TIMEOUT", "20"}, {"CHORUS_CHECK", "0"}, {"CHORUS_CMA", "16K"}});
+  ASSERT_EQ(reports.size(), 2u);
+  if (reports[0]) {
+    EXPECT_TRUE(contains(reports[0]->message, "rank 2 failed: ")) << reports[0]->message;
+    EXPECT_FALSE(contains(reports[0]->message, "rank 2 (pid")) << reports[0]->message;
+  }
 }
 
 // Single copy needs every rank: where rank 1 declines (CHORUS_CMA=0), every rank stages, says why
