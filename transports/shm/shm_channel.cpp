@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/tsan_sync.hpp"
 #include "transports/shm/peer_memory.hpp"
 
 namespace chorus::transport {
@@ -25,6 +26,9 @@ std::span<std::byte> ShmSendPipe::reserve() {
 }
 
 void ShmSendPipe::commit(size_t n) {
+  // Ranks of one process map this FIFO at different addresses: tell ThreadSanitizer of the edge
+  // (a payload sent by address is read at its owner's address, base/tsan_sync.hpp).
+  tsanReleaseShm();
   head_ += n;
   // Release publishes the bytes written before it to the receiver's acquire load of head.
   ctrl_->head.store(head_, std::memory_order_release);
@@ -47,8 +51,15 @@ void ShmRecvPipe::consume(size_t n) {
   ctrl_->tail.store(tail_, std::memory_order_release);
 }
 
+uint64_t ShmSendPipe::inPlaceReadsDone() const {
+  const uint64_t done = ctrl_->readsDone.load(std::memory_order_acquire);
+  tsanAcquireShm();
+  return done;
+}
+
 bool ShmRecvPipe::readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
   if (bytes == 0) return true;
+  tsanAcquireShm();  // the address came through the FIFO (see commit)
   if (senderPid_ == 0) {
     std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(remote)), bytes);
   } else {
@@ -59,6 +70,7 @@ bool ShmRecvPipe::readInPlace(std::byte* dst, uint64_t remote, size_t bytes) {
 
 void ShmRecvPipe::finishInPlace() {
   // Release: our reads of the sender's buffer are done before it may reuse it.
+  tsanReleaseShm();
   ctrl_->readsDone.store(++readsDone_, std::memory_order_release);
 }
 

@@ -40,7 +40,7 @@ class ShmSendPipe final : public SendPipe {
   void commit(size_t n) override;
   size_t inPlaceMinBytes() const override { return inPlaceMinBytes_; }
   uint64_t postInPlace() override { return ++posted_; }
-  uint64_t inPlaceReadsDone() const override { return ctrl_->readsDone.load(std::memory_order_acquire); }
+  uint64_t inPlaceReadsDone() const override;
 
  private:
   FifoControl* ctrl_;
