@@ -36,6 +36,9 @@ struct EnvConfig {
   bool cma = true;
   bool cmaAlways = false;
   size_t cmaMinBytes = 0;
+  /// Point-to-point payloads from this size on go by address where peers read in place: a size
+  /// in CHORUS_CMA, else the FIFO's (such payloads never completed without the receiver anyway).
+  size_t inPlaceSendMinBytes(size_t fifoBytes) const { return cmaMinBytes ? cmaMinBytes : fifoBytes; }
   /// Testing and validation: ranks of one host split into this many emulated hosts (0/1: off).
   int virtualHosts = 0;
   /// Transport between hosts ("" = the best available) and the TCP transport's settings.

@@ -200,9 +200,8 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
         : localRanks > cores && !envConfig().cmaAlways  // CHORUS_CMA=1 or a size forces it
             ? strCat(localRanks, " ranks share its ", cores, " cores (measured: staging is faster then)")
             : std::string();
-    // Point-to-point payloads as large as the pipe itself never completed without the receiver:
-    // from there on the receiver copies them straight from the sender's buffer (transfer.cpp).
-    options.inPlaceMinBytes = envConfig().cmaMinBytes ? envConfig().cmaMinBytes : config_.shmFifoBytes;
+    // From there on the receiver copies payloads straight from the sender's buffer (transfer.cpp).
+    options.inPlaceMinBytes = envConfig().inPlaceSendMinBytes(config_.shmFifoBytes);
     options.peerReadsRegardless = envConfig().cmaAlways;
     options.throwIfPeerFailed = [this] { throwIfPeerFailed(*store_); };
     peers_ = transport::connectPeers(store_, rank_, size_, options);

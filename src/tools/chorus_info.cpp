@@ -77,8 +77,8 @@ std::string singleCopySpeed(double speed, const chorus::EnvConfig& env) {
   if (!env.cma) return pct + "not used (CHORUS_CMA=0)";
   if (env.cmaAlways)
     return pct + "used whatever its speed (CHORUS_CMA=" + chorus::configValue("CHORUS_CMA") + ")";
-  return pct + (speed >= kMinPeerReadSpeed ? "used between processes"
-                                           : "heap buffers are staged between processes");
+  return pct + (chorus::transport::peerReadsPay(speed, false) ? "used between processes"
+                                                              : "heap buffers are staged between processes");
 }
 
 // What chorus-info reports, gathered once for the text and the JSON output.
@@ -165,13 +165,13 @@ void printJson(const Facts& f) {
                   {"CHORUS_NET", env.net},
                   {"ucx", f.ucxState},
                   {"verbs", f.ibState}};
-  j["single_copy"] = {{"allowed", f.singleCopyReady},
-                      {"state", f.singleCopyState},
-                      {"speed", f.singleCopySpeed},
-                      {"min_speed", transport::kMinPeerReadSpeed},
-                      {"used", f.singleCopyReady && env.cma &&
-                                   (env.cmaAlways || f.singleCopySpeed >= transport::kMinPeerReadSpeed)},
-                      {"CHORUS_CMA", configValue("CHORUS_CMA")}};
+  j["single_copy"] = {
+      {"allowed", f.singleCopyReady},
+      {"state", f.singleCopyState},
+      {"speed", f.singleCopySpeed},
+      {"min_speed", transport::kMinPeerReadSpeed},
+      {"used", f.singleCopyReady && env.cma && transport::peerReadsPay(f.singleCopySpeed, env.cmaAlways)},
+      {"CHORUS_CMA", configValue("CHORUS_CMA")}};
   const topo::CacheThresholds& t = topo::localCacheThresholds();
   j["thresholds"] = {{"l2_bytes", t.l2Bytes},
                      {"l3_bytes", t.l3Bytes},
@@ -244,8 +244,7 @@ void printSetup(const Facts& f) {
       "                   heap buffers of allreduce, reduce-scatter, all-gather, broadcast and all-to-all "
       "read in place, point-to-point messages from %s sent by address (ranks of one process: always): "
       "CHORUS_CMA=%s (docs/performance.md)\n",
-      formatBytes(env.cmaMinBytes ? env.cmaMinBytes : config.shmFifoBytes).c_str(),
-      configValue("CHORUS_CMA").c_str());
+      formatBytes(env.inPlaceSendMinBytes(config.shmFifoBytes)).c_str(), configValue("CHORUS_CMA").c_str());
   std::printf("\n/dev/shm free      %s\n", formatBytes(transport::shmFreeBytes()).c_str());
   std::printf("\nConfiguration (environment, then defaults)\n");
   std::printf("  CHORUS_TIMEOUT          %lld ms\n", static_cast<long long>(config.timeout.count()));

@@ -223,7 +223,7 @@ void ShmGroup::agreePeerReads() {
     const std::string speed = strCat("cross-memory attach copies at ", first->peerReadPermille / 10,
                                      "% of memcpy's rate here (measured at set-up; single copy pays from ",
                                      static_cast<int>(kMinPeerReadSpeed * 100), "%)");
-    if (peerReadSpeed_ < kMinPeerReadSpeed) {
+    if (!peerReadsPay(peerReadSpeed_, false)) {
       peerReadable_ = false;
       peerReadNote_ = strCat(speed, "; CHORUS_CMA=1 reads in place anyway");
     } else {

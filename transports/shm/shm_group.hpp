@@ -72,6 +72,9 @@ struct ShmGroupOptions {
 /// ordinary memory in place to be used (it saves one of staging's two copies, but runs on one
 /// core where staging's two run on both; docs/performance.md, "Single copy").
 constexpr double kMinPeerReadSpeed = 0.5;
+/// Whether peers' ordinary memory is read in place at cross-memory attach's measured `speed`
+/// (measurePeerReadSpeed), or `regardless` of it (ShmGroupOptions::peerReadsRegardless).
+inline bool peerReadsPay(double speed, bool regardless) { return regardless || speed >= kMinPeerReadSpeed; }
 
 /// Where a rank's buffers of one buffer exchange are, and what they are for.
 struct PublishedBuffers {
