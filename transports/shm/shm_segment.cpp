@@ -20,28 +20,24 @@ size_t shmFreeBytes() {
 }
 
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
-  size_t freeBytes = shmFreeBytes();
-  if (freeBytes < bytes) {
-    fail(chorusSystemError,
-         strCat("shared memory segment ", name, " needs ", formatBytes(bytes), " but /dev/shm has only ",
-                formatBytes(freeBytes),
-                " free; enlarge /dev/shm (docker: --shm-size) or lower CHORUS_SHM_STAGE_BYTES / "
-                "CHORUS_SHM_FIFO_BYTES"));
-  }
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) failSystem(strCat("shm_open(", name, ", O_CREAT|O_EXCL)"));
   ShmSegment seg;
   seg.name_ = name;
   seg.owner_ = true;
   // posix_fallocate really reserves tmpfs pages: ENOSPC surfaces now, not as SIGBUS on first touch.
+  // The reservation alone decides (no free-space check first): ranks reserving at once see each
+  // other's partial reservations, which a failing one gives back.
   int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (rc != 0) {
     close(fd);
     shm_unlink(name.c_str());
     if (rc == ENOSPC) {
       fail(chorusSystemError,
-           strCat("shared memory segment ", name, " needs ", formatBytes(bytes), ": /dev/shm is full (",
-                  errnoText(rc), "); enlarge /dev/shm or lower CHORUS_SHM_STAGE_BYTES"));
+           strCat("shared memory segment ", name, " needs ", formatBytes(bytes), " but /dev/shm is full (",
+                  errnoText(rc), "; ", formatBytes(shmFreeBytes()),
+                  " free now); enlarge /dev/shm (docker: --shm-size) or lower CHORUS_SHM_STAGE_BYTES / "
+                  "CHORUS_SHM_FIFO_BYTES"));
     }
     failSystem(strCat("posix_fallocate(", name, ", ", bytes, " bytes)"), rc);
   }
