@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""bench/compare/run's floor measured before every point (used by tests/compare): a 2-round run of
+Chorus alone, 2 ranks, 32K and 1M with --floor-from 1M. Checks that each round measured a floor
+before the 1M point (membw-local.jsonl: 2 lines of chorus-membw JSON), that every 1M measurement
+carries the floor of its round (measurements.csv), that results.csv holds the median of those
+floors and busbw / floor computed from them, and that the table shows %floor at 1M only.
+Usage: check_local_floor.py <python3> <bench/compare/run> <build dir> <scratch dir>"""
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+python, driver, build, out = sys.argv[1:5]
+shutil.rmtree(out, ignore_errors=True)
+cmd = [python, driver, "--build", build, "--systems", "chorus", "--collectives", "all_reduce", "--ranks", "2",
+       "--sizes", "32K,1M", "--rounds", "2", "--floor-from", "1M", "--floor-bytes", "16M", "--floor-reps", "1",
+       "--idle-timeout", "0", "--max-retries", "0", "--min-iters", "2", "--iters", "10", "--out", out]
+p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+print(p.stdout)
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+check(p.returncode == 0, "exit status %d" % p.returncode)
+with open(os.path.join(out, "membw-local.jsonl")) as f:
+    local = [json.loads(line) for line in f if line.strip()]
+check(len(local) == 2, "%d floors measured before a point, expected 2 (one per round at 1M)" % len(local))
+for run in local:
+    check(run.get("tool") == "chorus-membw" and run["config"]["reps"] == 2,
+          "membw-local.jsonl line is not chorus-membw -n 2: %s" % str(run)[:200])
+with open(os.path.join(out, "measurements.csv"), newline="") as f:
+    ms = list(csv.DictReader(f))
+big = [m for m in ms if m["size"] == str(1 << 20)]
+small = [m for m in ms if m["size"] == str(32 << 10)]
+check(len(big) == 2 and all(float(m["floor_copy"]) > 0 and float(m["floor_memcpy"]) > 0 for m in big),
+      "1M measurements without their round's floor: %s" % big)
+check(all(not m["floor_copy"] for m in small), "a 32K measurement carries a floor: %s" % small)
+with open(os.path.join(out, "results.csv"), newline="") as f:
+    rows = {r["size"]: r for r in csv.DictReader(f)}
+r = rows[str(1 << 20)]
+copies = [float(m["floor_copy"]) for m in big]
+check(abs(float(r["local_copy_gbps"]) - statistics.median(copies)) < 1e-3 * statistics.median(copies),
+      "local_copy_gbps %s is not the median of %s" % (r["local_copy_gbps"], copies))
+# all_reduce on 2 ranks: floor busbw = B / 4.
+fracs = [float(m["busbw"]) / (float(m["floor_copy"]) / 4) for m in big]
+check(abs(float(r["local_floor_fraction"]) - statistics.median(fracs)) < 1e-3 * statistics.median(fracs),
+      "local_floor_fraction %s is not the median of %s" % (r["local_floor_fraction"], fracs))
+check(rows[str(32 << 10)]["local_floor_fraction"] == "", "32K has a local floor fraction")
+with open(os.path.join(out, "table.txt")) as f:
+    table = f.read()
+check("measured again before every point from 1M in every round" in table, "no local floor line in table.txt")
+lines = [l.split() for l in table.splitlines()]
+row_1m = [l for l in lines if l and l[0] == "1M"]
+row_32k = [l for l in lines if l and l[0] == "32K"]
+check(row_1m and row_1m[0][-2].endswith("%") and row_1m[0][-1].endswith("%"), "1M row without %%floor: %s" % row_1m)
+check(row_32k and row_32k[0][-2:] == ["-", "-"], "32K row with a %%floor: %s" % row_32k)
+if failures:
+    print("FAILED:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print("local floor: 2 floors, each 1M measurement held against its own round's")
