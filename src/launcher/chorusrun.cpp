@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap/auth.hpp"
 #include "chorus/store.hpp"
 #include "launcher/job.hpp"
 
@@ -27,7 +28,8 @@ constexpr const char* kFooter =
   CHORUS_WORLD_SIZE, CHORUS_LOCAL_SIZE N
   CHORUS_STORE_ADDR                    127.0.0.1:<port> of the TCP store chorusrun serves for the job
   CHORUS_SECRET                        the job secret that store requires (kept from chorusrun's own
-                                       environment if set there, else 256 random bits)
+                                       environment if set there, else 256 random bits; none in a
+                                       build without OpenSSL)
 Everything after the program name is passed to the program; `--` may end chorusrun's options.
 
 Output: each line a rank writes to stdout or stderr is written to chorusrun's stdout or stderr, whole
@@ -123,9 +125,18 @@ int main(int argc, char** argv) {
   std::unique_ptr<chorus::TcpStoreServer> store;
   try {
     // The job secret: the caller's CHORUS_SECRET if set (to share it with ranks started elsewhere),
-    // else a new random one. Only processes that prove it may use the store.
+    // else a new random one. Only processes that prove it may use the store. A build without
+    // OpenSSL cannot prove one: its store takes any local process, as it says.
     options.secret = chorus::secretFromEnvironment();
-    if (options.secret.empty()) options.secret = chorus::generateSecret();
+    if (options.secret.empty()) {
+      if (chorus::auth::available()) {
+        options.secret = chorus::generateSecret();
+      } else {
+        std::fprintf(stderr,
+                     "chorusrun: this build has no authentication (built without OpenSSL): the job's TCP "
+                     "store on 127.0.0.1 takes any local process\n");
+      }
+    }
     store = std::make_unique<chorus::TcpStoreServer>("127.0.0.1", 0, options.secret);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "chorusrun: cannot start the job's TCP store: %s\n", e.what());
