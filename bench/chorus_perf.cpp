@@ -386,6 +386,10 @@ class Bench {
   void fromDevice(const Shape& shape, const TypeDesc& type) {
 #if CHORUS_PERF_CUDA
     if (!dev_) return;
+    // The collective done first: a copy into pageable memory queued behind a kernel blocks in the
+    // driver until the kernel is done, and can hold up a peer's own pageable copy (toDevice) that
+    // must finish before that peer launches its side (seen as a hang with 4 ranks on one H200).
+    cu::streamSynchronize(dev_->stream);
     cu::copyAsync(recv_.data(), dev_->recv, std::max(shape.sendElems, shape.recvElems) * type.size,
                   dev_->stream);
     cu::streamSynchronize(dev_->stream);

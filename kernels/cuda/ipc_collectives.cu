@@ -25,6 +25,8 @@ using namespace ops;
 struct Control {
   const volatile uint32_t* abortFlag;
   volatile uint32_t* errorWord;
+  volatile uint32_t* errorDetail;  // WaitSite, the value waited for, the value seen
+  unsigned int* claim;             // Signals::errorClaim of this rank (nullptr: none)
   uint64_t timeoutNs;
 };
 
@@ -47,19 +49,32 @@ __device__ __forceinline__ uint64_t nowNs() {
   return t;
 }
 
-__device__ __forceinline__ void report(const Control& a, uint32_t why, int peer) {
-  if (*a.errorWord == 0) *a.errorWord = (why << 16) | static_cast<uint32_t>(peer + 1);
+// The first failure of this rank's kernels (the claim makes it one, with its own detail words):
+// the detail, then the error word the host reads first.
+__device__ __forceinline__ void report(const Control& a, uint32_t why, int peer, uint32_t site = 0,
+                                       uint64_t want = 0, uint64_t seen = 0) {
+  if (a.claim != nullptr && atomicCAS(a.claim, 0u, 1u) != 0u) return;
+  if (*a.errorWord != 0) return;
+  if (a.errorDetail != nullptr) {
+    a.errorDetail[0] = site;
+    a.errorDetail[1] = static_cast<uint32_t>(want);
+    a.errorDetail[2] = static_cast<uint32_t>(seen);
+    __threadfence_system();
+  }
+  *a.errorWord = (why << 16) | static_cast<uint32_t>(peer + 1);
 }
 
-// Every 1024 polls: false (and the failure reported) once aborted or past the deadline.
-__device__ __forceinline__ bool stillWaiting(const Control& a, uint32_t& spins, uint64_t start, int peer) {
+// Every 1024 polls: false (and the failure reported, with where it waited) once aborted or past
+// the deadline.
+__device__ __forceinline__ bool stillWaiting(const Control& a, uint32_t& spins, uint64_t start, int peer,
+                                             uint32_t site, uint64_t want, uint64_t seen) {
   if (++spins % 1024 != 0) return true;
   if (*a.abortFlag != 0) {
-    report(a, kErrAborted, peer);
+    report(a, kErrAborted, peer, site, want, seen);
     return false;
   }
   if (nowNs() - start > a.timeoutNs) {
-    report(a, kErrTimeout, peer);
+    report(a, kErrTimeout, peer, site, want, seen);
     return false;
   }
   return true;
@@ -83,8 +98,9 @@ __device__ bool barrier(const Args& a, int& failed, uint64_t seq, uint32_t& k) {
     const volatile uint64_t* mine = &signalsOf(a, me)->flag[blockIdx.x][t];
     uint32_t spins = 0;
     const uint64_t start = nowNs();
-    while (*mine < v) {
-      if (!stillWaiting(a.ctl, spins, start, t)) {
+    uint64_t seen;
+    while ((seen = *mine) < v) {
+      if (!stillWaiting(a.ctl, spins, start, t, waitSite(kSiteBarrier, blockIdx.x, k - 1), v, seen)) {
         failed = 1;
         break;
       }
@@ -226,7 +242,8 @@ struct DeviceMemOps {
     uint32_t spins = 0;
     const uint64_t start = nowNs();
     while (line->u[1] != flag || line->u[3] != flag) {
-      if (!stillWaiting(ctl, spins, start, peer)) return false;
+      const uint32_t seen = line->u[1] != flag ? line->u[1] : line->u[3];
+      if (!stillWaiting(ctl, spins, start, peer, waitSite(kSiteLL, blockIdx.x, 0), flag, seen)) return false;
       *line = loadLine(src);
     }
     return true;
@@ -259,6 +276,7 @@ struct P2pBlock {
   const Control& ctl;
   int& failed;  // in shared memory, 0 at the start
   DeviceMemOps<unsigned char> m;
+  uint32_t site;  // waitSite of this block's lane, for a failed wait's report
 
   __device__ int block() const { return static_cast<int>(blockIdx.x); }
   __device__ DeviceMemOps<unsigned char>& mem() { return m; }
@@ -274,8 +292,9 @@ struct P2pBlock {
       const volatile uint64_t* w = word;
       uint32_t spins = 0;
       const uint64_t start = nowNs();
-      while (*w < v) {
-        if (!stillWaiting(ctl, spins, start, peer)) {
+      uint64_t seen;
+      while ((seen = *w) < v) {
+        if (!stillWaiting(ctl, spins, start, peer, site, v, seen)) {
           failed = 1;
           break;
         }
@@ -293,7 +312,7 @@ struct P2pBlock {
     }
   }
   __device__ void report(uint32_t why, int peer) {
-    if (threadIdx.x == 0) ipc::report(ctl, why, peer);
+    if (threadIdx.x == 0) ipc::report(ctl, why, peer, site);
   }
 };
 
@@ -301,7 +320,9 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(P2pKernelArgs a) {
   __shared__ int sFailed;
   if (threadIdx.x == 0) sFailed = 0;
   __syncthreads();
-  P2pBlock x{a.ctl, sFailed, DeviceMemOps<unsigned char>{a.ctl, 0, 1}};
+  const P2pLane& lane = a.p.lanes[blockIdx.x < static_cast<unsigned>(a.p.nLanes) ? blockIdx.x : 0];
+  P2pBlock x{a.ctl, sFailed, DeviceMemOps<unsigned char>{a.ctl, 0, 1},
+             waitSite(lane.send ? kSiteP2pSend : kSiteP2pRecv, static_cast<uint32_t>(lane.channel), 0)};
   p2pKernelBody(x, a.p);
 }
 
@@ -341,6 +362,10 @@ __global__ void waitForHost(const volatile uint32_t* done, const volatile uint32
   }
 }
 
+unsigned int* claimOf(void* ownWorkspace) {
+  return &reinterpret_cast<Signals*>(ownWorkspace)->errorClaim;
+}
+
 template <typename T>
 void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
   if (ll)
@@ -377,7 +402,7 @@ void launch(const Call& c, void* streamv) {
   a.step.kind = c.kind;
   a.op = static_cast<int>(c.op);
   a.divisor = c.nranks;
-  a.ctl = Control{c.abortFlag, c.errorWord, c.timeoutNs};
+  a.ctl = Control{c.abortFlag, c.errorWord, c.errorDetail, claimOf(c.ws[c.rank]), c.timeoutNs};
   const bool ll = usesLL(c.kind, a.step.bytes, c.llMaxBytes, c.layout);
   const int blocks = ll ? llBlocks(a.step.bytes, c.maxBlocks) : a.step.plan.blocks;
   auto stream = static_cast<cudaStream_t>(streamv);
@@ -392,7 +417,8 @@ void launch(const Call& c, void* streamv) {
 
 void launchP2p(const P2pCall& c, void* stream) {
   if (c.args.nLanes <= 0) return;
-  P2pKernelArgs a{c.args, Control{c.abortFlag, c.errorWord, c.timeoutNs}};
+  P2pKernelArgs a{c.args,
+                  Control{c.abortFlag, c.errorWord, c.errorDetail, claimOf(c.args.ws[c.args.rank]), c.timeoutNs}};
   (void)cudaGetLastError();
   p2pKernel<<<a.p.nLanes, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)

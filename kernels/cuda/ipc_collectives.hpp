@@ -32,6 +32,9 @@ struct Call {
   /// Device addresses of host-mapped words: set to non-zero to stop the kernels; the first failure.
   const volatile uint32_t* abortFlag = nullptr;
   volatile uint32_t* errorWord = nullptr;
+  /// Three host-mapped words: where the first failed wait was (WaitSite), what it waited for, what
+  /// it saw.
+  volatile uint32_t* errorDetail = nullptr;
   uint64_t timeoutNs = 0;
 };
 
@@ -43,6 +46,7 @@ struct P2pCall {
   P2pArgs args{};
   const volatile uint32_t* abortFlag = nullptr;
   volatile uint32_t* errorWord = nullptr;
+  volatile uint32_t* errorDetail = nullptr;  // as Call's
   uint64_t timeoutNs = 0;
 };
 

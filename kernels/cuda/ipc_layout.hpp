@@ -49,6 +49,7 @@ struct Signals {
   uint64_t flag[kMaxBlocks][kMaxRanks];
   unsigned long long seq;  // 64 bits: barrier values built from it never wrap
   unsigned int done;
+  unsigned int errorClaim;  // the first failing wait of this rank's kernels takes it (never reset)
   // P2P, per peer and channel. Written by that peer: p2pTail (chunks it has put into this rank's
   // FIFO) and p2pMeta (the size of the message each slot's chunk belongs to). Written by this rank:
   // p2pHead (chunks it has taken from that peer's FIFO; the peer reads it) and p2pSent (chunks it

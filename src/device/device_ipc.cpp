@@ -58,6 +58,7 @@ void DeviceComm::launch(CommImpl& comm, const Op& op, cudaStream_t stream) {
   c.llMaxBytes = llMax_;
   c.abortFlag = devWords_;
   c.errorWord = devWords_ + 1;
+  c.errorDetail = devWords_ + 4;
   const auto t = op.timeout.count() > 0 ? op.timeout : comm.config().timeout;
   c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
   timeoutMs_ = t.count();  // for the message, should this call time out
@@ -117,6 +118,7 @@ void DeviceComm::launchP2p(CommImpl& comm, const P2pList& ops) {
   if (ipc::planP2pLanes(a) == 0) return;  // empty messages only
   c.abortFlag = devWords_;
   c.errorWord = devWords_ + 1;
+  c.errorDetail = devWords_ + 4;
   const auto t = ops.front().first.timeout.count() > 0 ? ops.front().first.timeout : comm.config().timeout;
   c.timeoutNs = static_cast<uint64_t>(t.count()) * 1'000'000ull;
   timeoutMs_ = t.count();

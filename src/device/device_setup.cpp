@@ -48,11 +48,19 @@ void copyText(char* dst, size_t cap, const std::string& s) {
   dst[n] = '\0';
 }
 
+// A set-up exchange: every rank of the communicator must be setting up too, so a failure says so.
 template <typename T>
 std::vector<T> allGather(CommImpl& comm, const T& mine) {
   std::vector<T> all(static_cast<size_t>(comm.size()));
   Op op = api::makeOp(OpKind::AllGather, &mine, all.data(), sizeof(T), DataType::Uint8);
-  comm.runInTurn(op);
+  try {
+    comm.runInTurn(op);
+  } catch (const Error& e) {
+    throw Error(e.code(), strCat("device set-up (collective: every rank's first call on device buffers, or "
+                                 "chorusCommInitAll with a device list, which sets up all its ranks at once "
+                                 "so that one thread may drive them): ",
+                                 e.what()));
+  }
   return all;
 }
 
@@ -137,13 +145,20 @@ void DeviceComm::probeDevice(int device, PeerInfo* mine) {
 // for this thread, while some allocations wait for the whole device).
 void DeviceComm::allocateOwn(PeerInfo* mine) {
   try {
-    words_ = std::make_unique<Pinned>(4 * sizeof(uint32_t), true, rank_);
-    std::memset(words_->get(), 0, 4 * sizeof(uint32_t));
+    words_ = std::make_unique<Pinned>(kWords * sizeof(uint32_t), true, rank_);
+    std::memset(words_->get(), 0, kWords * sizeof(uint32_t));
     void* mapped = nullptr;
     check(cudaHostGetDevicePointer(&mapped, words_->get(), 0), rank_, "cudaHostGetDevicePointer");
     devWords_ = static_cast<uint32_t*>(mapped);
     check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
+    // Staged calls' buffers and events (device_state.hpp: no pinned allocation once a peer may wait).
+    pool_->reserve(kReservedStaging, std::max<size_t>(envConfig().cudaStageBytes / 8, 4096));
+    for (size_t i = 0; i < 2 * kReservedStaging; ++i) {
+      cudaEvent_t e = nullptr;
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank_, "cudaEventCreate");
+      freeEvents_.free.push_back(e);
+    }
     mine->setUpOk = 1;
   } catch (const Error& e) {
     copyText(mine->why, sizeof mine->why, e.what());
@@ -287,11 +302,12 @@ void DeviceComm::sizeKernels(const std::vector<PeerInfo>& info) {
 DeviceComm::~DeviceComm() {
   const OnDevice on(device_);
   if (ordered_ && cudaEventSynchronize(order_.e) != cudaSuccess) (void)cudaGetLastError();
-  for (const InFlight& f : inFlight_) freeEvents_.insert(freeEvents_.end(), {f.copiedIn, f.copiedBack});
+  for (const InFlight& f : inFlight_) freeEvents_.free.insert(freeEvents_.free.end(), {f.copiedIn, f.copiedBack});
   inFlight_.clear();
-  for (cudaEvent_t e : freeEvents_) {
+  for (cudaEvent_t e : freeEvents_.free) {
     if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
   }
+  freeEvents_.free.clear();
 }
 
 bool DeviceComm::capturing(cudaStream_t stream) const {
@@ -309,12 +325,44 @@ void DeviceComm::markDone(cudaStream_t stream) {
   ordered_ = true;
 }
 
+namespace {
+
+// Where a kernel's failed wait was (ipc::WaitSite and the two values beside it), for the message.
+std::string waitText(uint32_t site, uint32_t want, uint32_t seen, int peer) {
+  const uint32_t kind = site >> 24, index = (site >> 16) & 0xFF, number = site & 0xFFFF;
+  switch (kind) {
+    case ipc::kSiteBarrier:
+      // Barrier values: kernel number << 24 | (barrier + 1), low 32 bits.
+      return strCat("; block ", index, " waited at barrier ", number, " of kernel #", want >> 24,
+                    " (mod 256); rank ", peer, "'s block ", index, " had reached ",
+                    seen == 0 ? std::string("no barrier on this workspace")
+                              : strCat("barrier ", (seen & 0xFFFFFF) - 1, " of kernel #", seen >> 24));
+    case ipc::kSiteLL:
+      return strCat("; block ", index, " polled a low-latency line for flag ", want, " and saw ", seen);
+    case ipc::kSiteP2pSend:
+      return strCat("; channel ", index, " waited for a free FIFO slot: chunk ", want + ipc::kP2pSlots - 1,
+                    " needs rank ", peer, " to have taken ", want, " chunks, it had taken ", seen);
+    case ipc::kSiteP2pRecv:
+      return strCat("; channel ", index, " waited for chunk ", want - 1, " of rank ", peer, ", which had put ",
+                    seen, " chunks there");
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 chorusResult_t DeviceComm::error(std::string* message) const {
   if (!words_) return chorusSuccess;
-  const uint32_t w = std::atomic_ref<uint32_t>(reinterpret_cast<uint32_t*>(words_->get())[1]).load();
+  const auto* words = reinterpret_cast<uint32_t*>(words_->get());
+  const uint32_t w = std::atomic_ref<const uint32_t>(words[1]).load();
   if (w == 0) return chorusSuccess;
   const uint32_t why = w >> 16;
   const int peer = static_cast<int>(w & 0xFFFF) - 1;
+  // Written before the error word.
+  const std::string where = waitText(std::atomic_ref<const uint32_t>(words[4]).load(),
+                                     std::atomic_ref<const uint32_t>(words[5]).load(),
+                                     std::atomic_ref<const uint32_t>(words[6]).load(), peer);
   if (why == ipc::kErrStaged) {
     if (message)
       *message =
@@ -337,7 +385,7 @@ chorusResult_t DeviceComm::error(std::string* message) const {
     *message = strCat("rank ", rank_, ": a device collective timed out after ", timeoutMs_.load() / 1000.0,
                       " s waiting for rank ", peer,
                       " (it never made the matching call: every rank must issue the same device calls in the "
-                      "same order)");
+                      "same order", where, ")");
   }
   return chorusTimeout;
 }

@@ -28,9 +28,9 @@ bool inside(const void* p, size_t bytes, const void* base, size_t baseBytes) {
 }  // namespace
 
 cudaEvent_t DeviceComm::takeEvent() {
-  if (!freeEvents_.empty()) {
-    cudaEvent_t e = freeEvents_.back();
-    freeEvents_.pop_back();
+  if (!freeEvents_.free.empty()) {
+    cudaEvent_t e = freeEvents_.free.back();
+    freeEvents_.free.pop_back();
     return e;
   }
   cudaEvent_t e = nullptr;
@@ -51,7 +51,7 @@ void DeviceComm::reapInFlight() {
       if (e != cudaErrorNotReady) (void)cudaGetLastError();  // a broken context: keep them
       return;
     }
-    freeEvents_.insert(freeEvents_.end(), {f.copiedIn, f.copiedBack});
+    freeEvents_.free.insert(freeEvents_.free.end(), {f.copiedIn, f.copiedBack});
     inFlight_.pop_front();
   }
 }
@@ -90,6 +90,11 @@ void DeviceComm::staged(const std::shared_ptr<CommImpl>& comm, Op op, cudaStream
     fail(chorusInvalidUsage, strCat("rank ", rank_, ": ", opKindName(op.kind),
                                     " on device buffers is staged through host memory here and cannot be "
                                     "captured in a CUDA graph (only collectives over CUDA IPC can)"));
+  }
+  {
+    // Buffers of the calls that are done back in the pool first, so that this one reuses them.
+    const std::lock_guard lk(stagedMu_);
+    reapInFlight();
   }
   const Staging s = stage(op);
   // The input once the stream (and this communicator's previous call) has produced it; the output

@@ -12,7 +12,10 @@
 // Threads as ranks: nothing here may wait for the whole device once a peer's kernel can be waiting
 // for this thread (cudaFree, cudaFreeHost, cudaMemcpy on the legacy stream): all allocations happen
 // before set-up's last exchange, staging buffers are pooled and freed only with the communicator,
-// and copies go on the call's stream.
+// and copies go on the call's stream. Pinned allocations can also wait behind another thread's copy
+// into pageable memory that waits for a kernel (seen on an H200): set-up reserves staging buffers
+// and events, and a staged call takes those back from the calls before it that are done; only a
+// call larger than a reserved buffer, or with more in flight, allocates pinned memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -142,6 +145,14 @@ struct OnDevice {
 class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
  public:
   explicit PinnedPool(int rank) : rank_(rank) {}
+  /// `count` buffers of `bytes` made now (at set-up), for acquire to hand out later.
+  void reserve(size_t count, size_t bytes) {
+    for (size_t i = 0; i < count; ++i) {
+      auto buf = std::make_unique<Pinned>(bytes, false, rank_);
+      std::lock_guard lk(mu_);
+      free_.push_back(std::move(buf));
+    }
+  }
   /// At least `bytes` of pinned memory until the returned pointer is dropped.
   std::shared_ptr<Pinned> acquire(size_t bytes) {
     std::unique_ptr<Pinned> buf;
@@ -254,7 +265,9 @@ class DeviceComm : public State {
   int maxBlocks_ = 1;
   int p2pCap_ = 0;  // channels (blocks) per send or receive; 0: send/recv staged
   // Host-mapped words: [0] abort flag, [1] error word, [2] the ticket of the last staged operation
-  // the host finished, [3] of the last it began.
+  // the host finished, [3] of the last it began, [4..6] where the failed wait of the error word was
+  // (ipc::WaitSite, the value waited for, the value seen).
+  static constexpr size_t kWords = 8;
   std::unique_ptr<Pinned> words_;
   uint32_t* devWords_ = nullptr;
   Event order_;           // recorded after this rank's latest call (outside captures)
@@ -280,9 +293,23 @@ class DeviceComm : public State {
   // Staged operations (device_staged.cpp).
   Staging stage(Op& op);
   void enqueueStaged(const std::shared_ptr<CommImpl>& comm, Op op, const Staging& s, cudaStream_t stream);
+  // Staging buffers (of CHORUS_CUDA_STAGE_BYTES / 8) and pairs of events made at set-up.
+  static constexpr size_t kReservedStaging = 4;
   std::mutex stagedMu_;  // staged tickets in the order of the communicator's own
   std::deque<InFlight> inFlight_;
-  std::vector<cudaEvent_t> freeEvents_;
+  // Events no staged call uses now; those left at destruction are destroyed (also when set-up fails
+  // after reserving them).
+  struct EventList {
+    std::vector<cudaEvent_t> free;
+    EventList() = default;
+    EventList(const EventList&) = delete;
+    EventList& operator=(const EventList&) = delete;
+    ~EventList() {
+      for (cudaEvent_t e : free) {
+        if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+      }
+    }
+  } freeEvents_;
   uint32_t stagedTicket_ = 0;
   cudaEvent_t takeEvent();
   void reapInFlight();

@@ -50,7 +50,8 @@ fi
 : > "$OUT/summary.md"
 # A rank that fails leaves its peers' kernels waiting: let them give up well within the step limits.
 # Eight ranks' streams on one GPU: enough hardware queues that they never share one.
-export CHORUS_TIMEOUT=20 CUDA_DEVICE_MAX_CONNECTIONS=32
+# CHORUS_TIMEOUT may be set lower, so that a failing run leaves device time for another.
+export CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-20} CUDA_DEVICE_MAX_CONNECTIONS=32
 step "machine"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>&1 || true
   nvcc --version 2>/dev/null | tail -1 || true; } | tee -a "$OUT/summary.md"

@@ -314,6 +314,11 @@ void runP2pRound(int r, chorusComm_t comm, cudaStream_t s, const std::vector<P2p
       CHORUS_OK(chorusRecv(bufs[i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
   }
   if (group) CHORUS_OK(chorusGroupEnd(), comm);
+  CUDA_OK(cudaStreamSynchronize(s));
+  // A kernel that failed is named (with where it waited) before the data it left is compared.
+  chorusResult_t async = chorusSuccess;
+  CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+  ASSERT_EQ(async, chorusSuccess) << "rank " << r << ": " << chorusGetLastError(comm);
   for (size_t i = 0; i < msgs.size(); ++i) {
     const P2pMsg& m = msgs[i];
     std::vector<unsigned char> host(m.bytes + m.off + 64);
@@ -328,9 +333,6 @@ void runP2pRound(int r, chorusComm_t comm, cudaStream_t s, const std::vector<P2p
                                << " of " << m.bytes << " bytes, byte " << j;
     }
   }
-  chorusResult_t async = chorusSuccess;
-  CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
-  EXPECT_EQ(async, chorusSuccess) << chorusGetLastError(comm);
 }
 
 TEST_F(DeviceCollectives, SendRecvOverIpcExact) {
@@ -370,9 +372,12 @@ TEST_F(DeviceCollectives, SendRecvOverIpcExact) {
 
 TEST_F(DeviceCollectives, OneThreadDrivesBothEndsOfAnExchangeInAGroup) {
   // As with NCCL: one thread, every rank's calls in one group, messages far larger than the FIFOs.
+  // A device list sets every rank's device state up at once (set-up is collective, so ranks set up
+  // lazily, on their first device call, need a thread each).
   const int n = 2;
   std::vector<chorusComm_t> comms(n);
-  ASSERT_EQ(chorusCommInitAll(comms.data(), n, nullptr), chorusSuccess) << chorusGetLastError(nullptr);
+  const int devlist[n] = {0, 0};
+  ASSERT_EQ(chorusCommInitAll(comms.data(), n, devlist), chorusSuccess) << chorusGetLastError(nullptr);
   const size_t bytes = 8u << 20;
   std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
   std::vector<cudaStream_t> streams(n);
@@ -386,13 +391,18 @@ TEST_F(DeviceCollectives, OneThreadDrivesBothEndsOfAnExchangeInAGroup) {
   ASSERT_EQ(chorusGroupStart(), chorusSuccess);
   for (int r = 0; r < n; ++r) {
     const auto R = static_cast<size_t>(r);
-    ASSERT_EQ(chorusSend(send[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess);
-    ASSERT_EQ(chorusRecv(recv[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess);
+    ASSERT_EQ(chorusSend(send[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess)
+        << chorusGetLastError(comms[R]);
+    ASSERT_EQ(chorusRecv(recv[R]->get(), bytes, chorusUint8, 1 - r, comms[R], streams[R]), chorusSuccess)
+        << chorusGetLastError(comms[R]);
   }
   ASSERT_EQ(chorusGroupEnd(), chorusSuccess) << chorusGetLastError(nullptr);
   for (int r = 0; r < n; ++r) {
     const auto R = static_cast<size_t>(r);
     CUDA_OK(cudaStreamSynchronize(streams[R]));
+    chorusResult_t async = chorusSuccess;
+    ASSERT_EQ(chorusCommGetAsyncError(comms[R], &async), chorusSuccess);
+    EXPECT_EQ(async, chorusSuccess) << chorusGetLastError(comms[R]);
     std::vector<unsigned char> host(bytes);
     CUDA_OK(cudaMemcpy(host.data(), recv[R]->get(), bytes, cudaMemcpyDeviceToHost));
     EXPECT_EQ(host[0], 10 + (1 - r));
@@ -459,6 +469,9 @@ TEST_F(DeviceCollectives, AllToAllvBetweenAllReducesIsEnqueuedInOrder) {
     CHORUS_OK(chorusAllReduce(y.get(), y.get(), n, chorusFloat32, chorusSum, comm, s), comm);
     CUDA_OK(cudaMemcpyAsync(host.data(), y.get(), n * 4, cudaMemcpyDeviceToHost, s));
     CUDA_OK(cudaStreamSynchronize(s));
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    ASSERT_EQ(async, chorusSuccess) << "rank " << r << ": " << chorusGetLastError(comm);
     // y on rank r, block q: x[r*half + j] = 1000 + 2(r*half + j); summed over r: 2000 + 4j + 2*half.
     for (size_t q = 0; q < 2; ++q) {
       for (size_t j = 0; j < half; j += 97) {
@@ -466,9 +479,6 @@ TEST_F(DeviceCollectives, AllToAllvBetweenAllReducesIsEnqueuedInOrder) {
         ASSERT_EQ(host[q * half + j], want) << "rank " << r << " block " << q << " element " << j;
       }
     }
-    chorusResult_t async = chorusSuccess;
-    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
-    EXPECT_EQ(async, chorusSuccess);
   });
 }
 
@@ -530,27 +540,45 @@ TEST_F(DeviceCollectives, CallsOnChangingStreamsStayInOrder) {
 }
 
 TEST_F(DeviceCollectives, MissingPeerTimesOutAsAnAsyncError) {
-  onRanks(2, [](int r, chorusComm_t comm, cudaStream_t s) {
-    DeviceBuffer buf(4096);
-    // Set up the device state on both ranks first, then only rank 0 calls.
-    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), comm);
-    CUDA_OK(cudaStreamSynchronize(s));
-    if (r != 0) return;
-    CHORUS_OK(chorusCommSetTimeout(comm, 1.0), comm);
-    const auto start = std::chrono::steady_clock::now();
-    CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), comm);
-    CUDA_OK(cudaStreamSynchronize(s));
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_GE(waited, 0.9);
-    EXPECT_LT(waited, 30.0);
-    chorusResult_t async = chorusSuccess;
-    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
-    EXPECT_EQ(async, chorusTimeout);
-    EXPECT_NE(std::string(chorusGetLastError(comm)).find("waiting for rank 1"), std::string::npos)
-        << chorusGetLastError(comm);
-    // Later device calls fail at once with the same cause.
-    EXPECT_EQ(chorusAllReduce(buf.get(), buf.get(), 1024, chorusFloat32, chorusSum, comm, s), chorusTimeout);
-  });
+  // Each kind of wait a kernel can time out in, named in the message with where it waited: an LL
+  // allreduce (4 KiB), a Simple one (4 MiB: its first barrier), a receive whose send never comes.
+  struct Case {
+    const char* name;
+    size_t count;  // float32 elements
+    bool receive;
+    const char* where;
+  };
+  const Case cases[] = {{"LL allreduce", 1024, false, "polled a low-latency line for flag"},
+                        {"Simple allreduce", 1u << 20, false, "block 0 waited at barrier 0 of kernel #"},
+                        {"receive", 1024, true, "channel 0 waited for chunk 0 of rank 1, which had put 0"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    onRanks(2, [&](int r, chorusComm_t comm, cudaStream_t s) {
+      DeviceBuffer buf(c.count * 4);
+      // Set up the device state on both ranks first, then only rank 0 calls.
+      CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), 16, chorusFloat32, chorusSum, comm, s), comm);
+      CUDA_OK(cudaStreamSynchronize(s));
+      if (r != 0) return;
+      CHORUS_OK(chorusCommSetTimeout(comm, 1.0), comm);
+      const auto start = std::chrono::steady_clock::now();
+      if (c.receive)
+        CHORUS_OK(chorusRecv(buf.get(), c.count, chorusFloat32, 1, comm, s), comm);
+      else
+        CHORUS_OK(chorusAllReduce(buf.get(), buf.get(), c.count, chorusFloat32, chorusSum, comm, s), comm);
+      CUDA_OK(cudaStreamSynchronize(s));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_GE(waited, 0.9);
+      EXPECT_LT(waited, 30.0);
+      chorusResult_t async = chorusSuccess;
+      CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+      EXPECT_EQ(async, chorusTimeout);
+      const std::string text = chorusGetLastError(comm);
+      EXPECT_NE(text.find("waiting for rank 1"), std::string::npos) << text;
+      EXPECT_NE(text.find(c.where), std::string::npos) << text;
+      // Later device calls fail at once with the same cause.
+      EXPECT_EQ(chorusAllReduce(buf.get(), buf.get(), 16, chorusFloat32, chorusSum, comm, s), chorusTimeout);
+    });
+  }
 }
 
 TEST_F(DeviceCollectives, AbortStopsAWaitingKernel) {
