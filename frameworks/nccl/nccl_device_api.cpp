@@ -5,7 +5,7 @@
 // of a window (host windows: the peer's buffer as mapped into this process).
 #include <nccl.h>
 
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)  // the device API's host side came with 2.28
 #include <nccl_device.h>
 
 #include <string>
@@ -15,20 +15,22 @@
 using shim::fromChorus;
 using shim::refuse;
 
+// What 2.30 added to it (properties, windows' peer pointers, signals) is named where it exists.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
+#define SHIM_PROPERTIES_NOTE "; ncclCommQueryProperties reports deviceApiSupport = 0"
+#define SHIM_SIGNAL_NOTE ", ncclPutSignal"
+#else
+#define SHIM_PROPERTIES_NOTE ""
+#define SHIM_SIGNAL_NOTE ""
+#endif
+
 namespace {
 
 ncclResult_t noDeviceApi(const char* call) {
-  return refuse(ncclInvalidUsage,
-                std::string(call) +
-                    ": NCCL's device API (communication started from CUDA kernels) is not "
-                    "built in Chorus's libnccl; ncclCommQueryProperties reports "
-                    "deviceApiSupport = 0. Use the host calls (collectives, ncclPutSignal)");
-}
-
-ncclResult_t noMultimem(const char* call) {
   return refuse(ncclInvalidUsage, std::string(call) +
-                                      ": Chorus's libnccl has no multimem (NVLink SHARP) memory; "
-                                      "ncclCommQueryProperties reports multimemSupport = 0");
+                                      ": NCCL's device API (communication started from CUDA kernels) is not "
+                                      "built in Chorus's libnccl" SHIM_PROPERTIES_NOTE
+                                      ". Use the host calls (collectives" SHIM_SIGNAL_NOTE ")");
 }
 
 // The handle's ranks on this host: Chorus numbers them in rank order, so the LSA team is
@@ -41,31 +43,6 @@ bool localRanks(const ncclComm* comm, int* count, int* index) {
 }
 
 }  // namespace
-
-SHIM_EXPORT ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t* props) {
-  START
-  if (!props) return refuse(ncclInvalidArgument, "ncclCommQueryProperties: props is NULL");
-  if (props->magic != NCCL_API_MAGIC || props->size < sizeof(ncclCommProperties_t))
-    return refuse(ncclInvalidArgument,
-                  "ncclCommQueryProperties: props was not set from NCCL_COMM_PROPERTIES_INITIALIZER");
-  RESOLVE(comm, "ncclCommQueryProperties");
-  int local = 0, index = 0, device = -1;
-  if (chorusResult_t r = chorusCommLocalRanks(cc, &local, &index); r != chorusSuccess) return fromChorus(r);
-  if (chorusResult_t r = chorusCommCuDevice(cc, &device); r != chorusSuccess) return fromChorus(r);
-  props->rank = comm->rank;
-  props->nRanks = comm->nranks;
-  props->cudaDev = device;
-  props->nvmlDev = device;
-  props->deviceApiSupport = false;
-  props->multimemSupport = false;
-  props->ginType = NCCL_GIN_TYPE_NONE;
-  props->nLsaTeams = comm->nranks / (local > 0 ? local : 1);
-  props->hostRmaSupport = local == comm->nranks;  // windows need every rank on one host
-  props->railedGinType = NCCL_GIN_TYPE_NONE;
-  return ncclSuccess;
-  END
-}
-SHIM_ALIAS(ncclCommQueryProperties)
 
 SHIM_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
   START
@@ -81,37 +58,21 @@ SHIM_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) {
 }
 SHIM_ALIAS(ncclDevCommDestroy)
 
-SHIM_EXPORT ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
+SHIM_EXPORT ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
+                                                         ncclDevResourceRequirements_t*) {
   START
-  return noMultimem("ncclGetLsaMultimemDevicePointer");
+  return noDeviceApi("ncclLsaBarrierCreateRequirement");
   END
 }
-SHIM_ALIAS(ncclGetLsaMultimemDevicePointer)
+SHIM_ALIAS(ncclLsaBarrierCreateRequirement)
 
-SHIM_EXPORT ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t, size_t, ncclMultimemHandle_t, void**) {
+SHIM_EXPORT ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
+                                                         ncclDevResourceRequirements_t*) {
   START
-  return noMultimem("ncclGetMultimemDevicePointer");
+  return noDeviceApi("ncclGinBarrierCreateRequirement");
   END
 }
-SHIM_ALIAS(ncclGetMultimemDevicePointer)
-
-// Windows are host memory here: the pointer is the peer's buffer mapped into this process, for
-// the CPU (every rank of a window is on this host, so LSA ranks are the window's ranks).
-SHIM_EXPORT ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
-                                                 void** outPtr) {
-  START
-  return shim::windowPointer("ncclGetLsaDevicePointer", window, offset, lsaRank, outPtr);
-  END
-}
-SHIM_ALIAS(ncclGetLsaDevicePointer)
-
-SHIM_EXPORT ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
-                                                  void** outPtr) {
-  START
-  return shim::windowPointer("ncclGetPeerDevicePointer", window, offset, peer, outPtr);
-  END
-}
-SHIM_ALIAS(ncclGetPeerDevicePointer)
+SHIM_ALIAS(ncclGinBarrierCreateRequirement)
 
 // Teams (NCCL's {nRanks, rank, stride}). A bad handle gives the empty team, with the reason as
 // the last error. (The aliases name their type: nccl_device.h overloads these for device code.)
@@ -171,20 +132,74 @@ SHIM_EXPORT ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*
 }
 SHIM_ALIAS(ncclLLA2ACreateRequirement)
 
-SHIM_EXPORT ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
-                                                         ncclDevResourceRequirements_t*) {
-  START
-  return noDeviceApi("ncclLsaBarrierCreateRequirement");
-  END
-}
-SHIM_ALIAS(ncclLsaBarrierCreateRequirement)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 30, 0)
 
-SHIM_EXPORT ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
-                                                         ncclDevResourceRequirements_t*) {
+namespace {
+
+ncclResult_t noMultimem(const char* call) {
+  return refuse(ncclInvalidUsage, std::string(call) +
+                                      ": Chorus's libnccl has no multimem (NVLink SHARP) memory; "
+                                      "ncclCommQueryProperties reports multimemSupport = 0");
+}
+
+}  // namespace
+
+SHIM_EXPORT ncclResult_t ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t* props) {
   START
-  return noDeviceApi("ncclGinBarrierCreateRequirement");
+  if (!props) return refuse(ncclInvalidArgument, "ncclCommQueryProperties: props is NULL");
+  if (props->magic != NCCL_API_MAGIC || props->size < sizeof(ncclCommProperties_t))
+    return refuse(ncclInvalidArgument,
+                  "ncclCommQueryProperties: props was not set from NCCL_COMM_PROPERTIES_INITIALIZER");
+  RESOLVE(comm, "ncclCommQueryProperties");
+  int local = 0, index = 0, device = -1;
+  if (chorusResult_t r = chorusCommLocalRanks(cc, &local, &index); r != chorusSuccess) return fromChorus(r);
+  if (chorusResult_t r = chorusCommCuDevice(cc, &device); r != chorusSuccess) return fromChorus(r);
+  props->rank = comm->rank;
+  props->nRanks = comm->nranks;
+  props->cudaDev = device;
+  props->nvmlDev = device;
+  props->deviceApiSupport = false;
+  props->multimemSupport = false;
+  props->ginType = NCCL_GIN_TYPE_NONE;
+  props->nLsaTeams = comm->nranks / (local > 0 ? local : 1);
+  props->hostRmaSupport = local == comm->nranks;  // windows need every rank on one host
+  props->railedGinType = NCCL_GIN_TYPE_NONE;
+  return ncclSuccess;
   END
 }
-SHIM_ALIAS(ncclGinBarrierCreateRequirement)
+SHIM_ALIAS(ncclCommQueryProperties)
+
+SHIM_EXPORT ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
+  START
+  return noMultimem("ncclGetLsaMultimemDevicePointer");
+  END
+}
+SHIM_ALIAS(ncclGetLsaMultimemDevicePointer)
+
+SHIM_EXPORT ncclResult_t ncclGetMultimemDevicePointer(ncclWindow_t, size_t, ncclMultimemHandle_t, void**) {
+  START
+  return noMultimem("ncclGetMultimemDevicePointer");
+  END
+}
+SHIM_ALIAS(ncclGetMultimemDevicePointer)
+
+// Windows are host memory here: the pointer is the peer's buffer mapped into this process, for
+// the CPU (every rank of a window is on this host, so LSA ranks are the window's ranks).
+SHIM_EXPORT ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                                 void** outPtr) {
+  START
+  return shim::windowPointer("ncclGetLsaDevicePointer", window, offset, lsaRank, outPtr);
+  END
+}
+SHIM_ALIAS(ncclGetLsaDevicePointer)
+
+SHIM_EXPORT ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                                  void** outPtr) {
+  START
+  return shim::windowPointer("ncclGetPeerDevicePointer", window, offset, peer, outPtr);
+  END
+}
+SHIM_ALIAS(ncclGetPeerDevicePointer)
 
 #endif  // NCCL 2.30
+#endif  // NCCL 2.28

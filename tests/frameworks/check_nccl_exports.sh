@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_nccl_exports.sh <include dir> <libnccl.so.2> [device]: the shim defines every function the
 # dir's nccl.h declares (and their pnccl aliases), and, with `device`, the host functions of its
-# nccl_device/ headers (NCCL 2.30's device API, but gin_win_stub.h, which is for Windows only), and
+# nccl_device/ headers (NCCL's device API from 2.28, but gin_win_stub.h, which is for Windows only), and
 # exports nothing but nccl*/pnccl* symbols.
 set -euo pipefail
 dir=$1

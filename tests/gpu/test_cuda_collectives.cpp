@@ -295,78 +295,89 @@ struct P2pMsg {
   int k;  // which message of its pair
 };
 
-void runP2pRound(int r, chorusComm_t comm, cudaStream_t s, const std::vector<P2pMsg>& msgs, bool group) {
-  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
-  for (const P2pMsg& m : msgs) {
-    bufs.push_back(std::make_unique<DeviceBuffer>(m.bytes + m.off + 64));
-    std::vector<unsigned char> host(m.bytes + m.off + 64, 0xEE);
-    if (m.send) {
-      for (size_t i = 0; i < m.bytes; ++i) host[m.off + i] = p2pByte(r, m.peer, m.k, i);
+// One send/recv round: rank r's messages msgs[r] (none: it sits the round out). The buffers are
+// made and filled by this thread before any rank calls, and freed after every rank is done:
+// cudaMalloc, cudaFree and pageable copies in a rank's thread can wait for a peer's kernel that
+// waits for this rank to launch (docs/gpu.md; seen on the H200 as a rank timing out).
+void runP2pRound(Ranks& ranks, const std::vector<std::vector<P2pMsg>>& msgs, bool group) {
+  std::vector<std::vector<std::unique_ptr<DeviceBuffer>>> bufs(msgs.size());
+  for (size_t r = 0; r < msgs.size(); ++r) {
+    for (const P2pMsg& m : msgs[r]) {
+      bufs[r].push_back(std::make_unique<DeviceBuffer>(m.bytes + m.off + 64));
+      std::vector<unsigned char> host(m.bytes + m.off + 64, 0xEE);
+      if (m.send) {
+        for (size_t i = 0; i < m.bytes; ++i) host[m.off + i] = p2pByte(static_cast<int>(r), m.peer, m.k, i);
+      }
+      CUDA_OK(cudaMemcpy(bufs[r].back()->get(), host.data(), host.size(), cudaMemcpyHostToDevice));
     }
-    CUDA_OK(cudaMemcpyAsync(bufs.back()->get(), host.data(), host.size(), cudaMemcpyHostToDevice, s));
   }
-  if (group) CHORUS_OK(chorusGroupStart(), comm);
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    const P2pMsg& m = msgs[i];
-    if (m.send)
-      CHORUS_OK(chorusSend(bufs[i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
-    else
-      CHORUS_OK(chorusRecv(bufs[i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
-  }
-  if (group) CHORUS_OK(chorusGroupEnd(), comm);
-  CUDA_OK(cudaStreamSynchronize(s));
-  // A kernel that failed is named (with where it waited) before the data it left is compared.
-  chorusResult_t async = chorusSuccess;
-  CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
-  ASSERT_EQ(async, chorusSuccess) << "rank " << r << ": " << chorusGetLastError(comm);
-  for (size_t i = 0; i < msgs.size(); ++i) {
-    const P2pMsg& m = msgs[i];
-    std::vector<unsigned char> host(m.bytes + m.off + 64);
-    CUDA_OK(cudaMemcpyAsync(host.data(), bufs[i]->get(), host.size(), cudaMemcpyDeviceToHost, s));
+  ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
+    const auto R = static_cast<size_t>(r);
+    if (msgs[R].empty()) return;
+    if (group) CHORUS_OK(chorusGroupStart(), comm);
+    for (size_t i = 0; i < msgs[R].size(); ++i) {
+      const P2pMsg& m = msgs[R][i];
+      if (m.send)
+        CHORUS_OK(chorusSend(bufs[R][i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
+      else
+        CHORUS_OK(chorusRecv(bufs[R][i]->get() + m.off, m.bytes, chorusInt8, m.peer, comm, s), comm);
+    }
+    if (group) CHORUS_OK(chorusGroupEnd(), comm);
     CUDA_OK(cudaStreamSynchronize(s));
-    for (size_t j = 0; j < host.size(); ++j) {
-      const bool inside = j >= m.off && j < m.off + m.bytes;
-      const unsigned char want = !inside  ? 0xEE
-                                 : m.send ? p2pByte(r, m.peer, m.k, j - m.off)
-                                          : p2pByte(m.peer, r, m.k, j - m.off);
-      ASSERT_EQ(host[j], want) << "rank " << r << (m.send ? " send to " : " receive from ") << m.peer
-                               << " of " << m.bytes << " bytes, byte " << j;
+    // A kernel that failed is named (with where it waited) before the data it left is compared.
+    chorusResult_t async = chorusSuccess;
+    CHORUS_OK(chorusCommGetAsyncError(comm, &async), comm);
+    ASSERT_EQ(async, chorusSuccess) << "rank " << r << ": " << chorusGetLastError(comm);
+    for (size_t i = 0; i < msgs[R].size(); ++i) {
+      const P2pMsg& m = msgs[R][i];
+      std::vector<unsigned char> host(m.bytes + m.off + 64);
+      CUDA_OK(cudaMemcpyAsync(host.data(), bufs[R][i]->get(), host.size(), cudaMemcpyDeviceToHost, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      for (size_t j = 0; j < host.size(); ++j) {
+        const bool inside = j >= m.off && j < m.off + m.bytes;
+        const unsigned char want = !inside  ? 0xEE
+                                   : m.send ? p2pByte(r, m.peer, m.k, j - m.off)
+                                            : p2pByte(m.peer, r, m.k, j - m.off);
+        ASSERT_EQ(host[j], want) << "rank " << r << (m.send ? " send to " : " receive from ") << m.peer
+                                 << " of " << m.bytes << " bytes, byte " << j;
+      }
     }
-  }
+  });
 }
 
 TEST_F(DeviceCollectives, SendRecvOverIpcExact) {
   // Sizes from 1 byte to many times a FIFO (4 slots of 64 KiB per channel), buffers off alignment.
   const size_t sizes[] = {1, 17, 4096, 65537, 1u << 20, (5u << 20) + 3};
   for (int n : {2, 4}) {
+    const auto N = static_cast<size_t>(n);
     Ranks ranks(n);
     int k = 0;  // messages so far between every pair (the same for all pairs)
     for (size_t bytes : sizes) {
       SCOPED_TRACE("ranks " + std::to_string(n) + ", " + std::to_string(bytes) + " bytes");
       // A ring exchange in a group: each rank sends to the next and receives from the one before.
-      ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
-        runP2pRound(r, comm, s,
-                    {{(r + 1) % n, true, bytes, static_cast<size_t>(r) % 3, k},
-                     {(r + n - 1) % n, false, bytes, 5, k}},
-                    true);
-      });
+      std::vector<std::vector<P2pMsg>> ring(N);
+      for (int r = 0; r < n; ++r) {
+        ring[static_cast<size_t>(r)] = {{(r + 1) % n, true, bytes, static_cast<size_t>(r) % 3, k},
+                                        {(r + n - 1) % n, false, bytes, 5, k}};
+      }
+      runP2pRound(ranks, ring, true);
       ++k;
       // Rank 0 to rank 1 outside a group: each side a kernel of its own.
-      ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
-        if (r > 1) return;
-        runP2pRound(r, comm, s, {{1 - r, r == 0, bytes, 0, k}}, false);
-      });
+      std::vector<std::vector<P2pMsg>> pair(N);
+      pair[0] = {{1, true, bytes, 0, k}};
+      pair[1] = {{0, false, bytes, 0, k}};
+      runP2pRound(ranks, pair, false);
       if (HasFailure()) return;
     }
     // Everyone to everyone (self included) in one group: an all-to-all of sends and receives.
-    ranks.run([&](int r, chorusComm_t comm, cudaStream_t s) {
-      std::vector<P2pMsg> msgs;
+    std::vector<std::vector<P2pMsg>> all(N);
+    for (int r = 0; r < n; ++r) {
       for (int q = 0; q < n; ++q) {
-        msgs.push_back({q, true, 300001 + static_cast<size_t>(q), 0, 100});
-        msgs.push_back({q, false, 300001 + static_cast<size_t>(r), 1, 100});
+        all[static_cast<size_t>(r)].push_back({q, true, 300001 + static_cast<size_t>(q), 0, 100});
+        all[static_cast<size_t>(r)].push_back({q, false, 300001 + static_cast<size_t>(r), 1, 100});
       }
-      runP2pRound(r, comm, s, msgs, true);
-    });
+    }
+    runP2pRound(ranks, all, true);
   }
 }
 
@@ -549,7 +560,7 @@ TEST_F(DeviceCollectives, MissingPeerTimesOutAsAnAsyncError) {
     const char* where;
   };
   const Case cases[] = {{"LL allreduce", 1024, false, "polled a low-latency line for flag"},
-                        {"Simple allreduce", 1u << 20, false, "block 0 waited at barrier 0 of kernel #"},
+                        {"Simple allreduce", 1u << 20, false, "waited at barrier 0 of kernel #"},
                         {"receive", 1024, true, "channel 0 waited for chunk 0 of rank 1, which had put 0"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
