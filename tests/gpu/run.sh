@@ -18,7 +18,9 @@
 #      on the one GPU, and sendrecv with 2; then all_reduce with 2 processes, staged and over CUDA
 #      IPC handles
 #   6. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
-# The timeouts add up to 559 s, under the device tool's 600 s per command. It writes
+#   7. PyTorch's own ProcessGroupNCCL over Chorus's libnccl.so.2 (LD_PRELOAD), 2 processes on the
+#      GPU: tests/frameworks/torch_nccl_shim_gpu_test.py (skipped without torch)
+# The timeouts add up to 599 s, under the device tool's 600 s per command. It writes
 # $OUT/summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -29,7 +31,7 @@ bin=build/gpu-bin  # the binaries alone, stripped: what to carry to the device m
 step() { echo "== $* ($(date +%T))" | tee -a "$OUT/summary.md"; }
 
 # Run --build-only right before carrying build/gpu-bin: carried binaries are used as they are.
-targets="test_cuda_kernels test_cuda_collectives chorus-cuda-bench chorus-perf chorusrun"
+targets="test_cuda_kernels test_cuda_collectives chorus-cuda-bench chorus-perf chorusrun chorus_nccl"
 binaries="tests/gpu/test_cuda_kernels tests/gpu/test_cuda_collectives bench/gpu/chorus-cuda-bench bench/chorus-perf
   src/chorusrun"
 have_all=1
@@ -37,13 +39,16 @@ for b in $binaries; do [ -x "$bin/$(basename "$b")" ] || have_all=0; done
 if [ "${1:-}" = "--build-only" ] || [ $have_all = 0 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90" \
     -DCHORUS_WITH_HWLOC=OFF -DCHORUS_WITH_OPENSSL=OFF -DCHORUS_WITH_UCX=OFF -DCHORUS_WITH_VERBS=OFF \
-    -DCHORUS_BUILD_TORCH=OFF -DCHORUS_BUILD_NCCL_SHIM=OFF -DCHORUS_BUILD_COMPARE=OFF -DCHORUS_BUILD_UNTESTED=OFF \
+    -DCHORUS_BUILD_TORCH=OFF -DCHORUS_BUILD_NCCL_SHIM=ON -DCHORUS_BUILD_COMPARE=OFF -DCHORUS_BUILD_UNTESTED=OFF \
     > "$OUT/configure.log" 2>&1 || { echo "configure failed: see $OUT/configure.log"; tail -20 "$OUT/configure.log"; exit 1; }
   # shellcheck disable=SC2086
   cmake --build "$build" -j "$(nproc)" --target $targets > "$OUT/build.log" 2>&1 ||
     { echo "build failed: see $OUT/build.log"; tail -20 "$OUT/build.log"; exit 1; }
   rm -rf "$bin" && mkdir -p "$bin"
   for b in $binaries; do cp "$build/$b" "$bin/" && strip "$bin/$(basename "$b")"; done
+  # libnccl.so.2 and the libchorus.so.0 it loads (built against CUDA's nccl.h).
+  mkdir -p "$bin/shim" && cp -L "$build/nccl-shim/libnccl.so.2" "$build/src/libchorus.so.0" "$bin/shim/" &&
+    strip "$bin"/shim/*
   [ "${1:-}" = "--build-only" ] && { echo "built $bin ($(du -sh "$bin" | cut -f1); carry it to the device machine)"; exit 0; }
 fi
 
@@ -72,7 +77,7 @@ gtest() {  # name timeout
   fi
 }
 gtest cuda_kernels 75
-gtest cuda_collectives 150
+gtest cuda_collectives 100
 # The same calls through the staged path (pinned host memory and the host transports).
 step "gpu.cuda_collectives, everything staged (CHORUS_CUDA_IPC=0)"
 CHORUS_CUDA_IPC=0 timeout 45 "$bin/test_cuda_collectives" \
@@ -126,5 +131,15 @@ for nbytes in (8, 8 << 10, 8 << 20, 256 << 20):
     print(f"| {nbytes} B | {start.elapsed_time(end) / 20 * 1e3:.1f} |")
 dist.destroy_process_group()
 PY
+step "torch ProcessGroupNCCL over Chorus's libnccl.so.2 (2 processes, one GPU)"
+# Exit 77: no torch or no usable GPU there.
+LD_LIBRARY_PATH="$PWD/$bin/shim" LD_PRELOAD="$PWD/$bin/shim/libnccl.so.2" timeout 90 \
+  python3 tests/frameworks/torch_nccl_shim_gpu_test.py > "$OUT/torch_shim.log" 2>&1
+rc=$?
+case $rc in
+  0) echo "torch shim test: passed" ;;
+  77) echo "torch shim test: skipped (see torch_shim.log)" ;;
+  *) status=1; echo "torch shim test: exit status $rc"; tail -15 "$OUT/torch_shim.log" ;;
+esac | tee -a "$OUT/summary.md"
 step "done (status $status)"
 exit $status
