@@ -10,6 +10,7 @@
 
 #include "base/config.hpp"
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "bootstrap/auth.hpp"
 #include "bootstrap/env_init.hpp"
 
@@ -21,6 +22,13 @@ constexpr const char* kMagic = "chorus-uid-2";
 // Servers live until the process exits: ranks may join long after the id was made.
 std::mutex gServersMu;
 std::vector<std::unique_ptr<TcpStoreServer>>* gServers = new std::vector<std::unique_ptr<TcpStoreServer>>();
+
+// The secret field of an id whose store takes any client: made by a build without OpenSSL, which
+// cannot prove a secret.
+constexpr const char* kNoSecret = "-";
+std::string storeSecret(const UniqueIdAddress& address) {
+  return address.secret == kNoSecret ? std::string() : address.secret;
+}
 
 bool plainField(const std::string& text) {
   return !text.empty() && text.find_first_of(" \t\n") == std::string::npos;
@@ -46,10 +54,22 @@ void makeUniqueId(chorusUniqueId* id) {
   address.host = "127.0.0.1";
   if (auto v = launchVariable("CHORUS_BOOTSTRAP_ADDR")) address.host = *v;
   // A secret of its own per id: whoever holds the id may join, nobody else can talk to the store.
-  address.secret = auth::randomHex(16);
+  // A build without OpenSSL has none to prove: its store takes any client that reaches it.
+  if (auth::available()) {
+    address.secret = auth::randomHex(16);
+  } else {
+    address.secret = kNoSecret;
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      logWarn(
+          "chorusGetUniqueId: this build has no authentication (built without OpenSSL): the "
+          "id's store on ",
+          address.host, " takes any process that reaches it");
+    });
+  }
   address.nonce = auth::randomHex(8);
   if (address.host.size() > 64) failInvalid("CHORUS_BOOTSTRAP_ADDR '", address.host, "' is too long");
-  auto server = std::make_unique<TcpStoreServer>(address.host, 0, address.secret);
+  auto server = std::make_unique<TcpStoreServer>(address.host, 0, storeSecret(address));
   address.port = server->port();
   if (!formatUniqueId(address, id))
     failInvalid("bootstrap address '", address.host, "' does not fit a chorusUniqueId");
@@ -76,7 +96,7 @@ std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id, std::chrono::m
   const std::string where = strCat("the unique id's store (", address->host, ":", address->port, ")");
   std::shared_ptr<Store> store;
   try {
-    store = makeTcpStore(address->host, address->port, timeout, address->secret);
+    store = makeTcpStore(address->host, address->port, timeout, storeSecret(*address));
   } catch (const Error& e) {
     // The secret is the id's own, so a refusal means the id does not belong to that server; no
     // peer is involved in any of these.
