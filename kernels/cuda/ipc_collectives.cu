@@ -362,9 +362,7 @@ __global__ void waitForHost(const volatile uint32_t* done, const volatile uint32
   }
 }
 
-unsigned int* claimOf(void* ownWorkspace) {
-  return &reinterpret_cast<Signals*>(ownWorkspace)->errorClaim;
-}
+unsigned int* claimOf(void* ownWorkspace) { return &reinterpret_cast<Signals*>(ownWorkspace)->errorClaim; }
 
 template <typename T>
 void launchAs(const Args& a, bool ll, int blocks, cudaStream_t stream) {
@@ -417,13 +415,13 @@ void launch(const Call& c, void* streamv) {
 
 void launchP2p(const P2pCall& c, void* stream) {
   if (c.args.nLanes <= 0) return;
-  P2pKernelArgs a{c.args,
-                  Control{c.abortFlag, c.errorWord, c.errorDetail, claimOf(c.args.ws[c.args.rank]), c.timeoutNs}};
+  P2pKernelArgs a{
+      c.args, Control{c.abortFlag, c.errorWord, c.errorDetail, claimOf(c.args.ws[c.args.rank]), c.timeoutNs}};
   (void)cudaGetLastError();
   p2pKernel<<<a.p.nLanes, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    throw Error(chorusUnhandledCudaError, std::string("device send/recv kernel launch: ") + cudaGetErrorName(e) +
-                                              ": " + cudaGetErrorString(e));
+    throw Error(chorusUnhandledCudaError, std::string("device send/recv kernel launch: ") +
+                                              cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 }  // namespace chorus::kernels::cuda::ipc

@@ -34,10 +34,10 @@ inline constexpr uint32_t kErrP2pSize = 4;  // a receive met a send of another s
 /// site = kind << 24 | index << 16 | number, then the value waited for and the value seen (low 32
 /// bits each).
 enum WaitSite : uint32_t {
-  kSiteBarrier = 1,   // index: the block; number: which barrier of the kernel
-  kSiteLL = 2,        // index: the block
-  kSiteP2pSend = 3,   // index: the channel; waiting for the receiver to free a slot
-  kSiteP2pRecv = 4,   // index: the channel; waiting for the sender's next chunk
+  kSiteBarrier = 1,  // index: the block; number: which barrier of the kernel
+  kSiteLL = 2,       // index: the block
+  kSiteP2pSend = 3,  // index: the channel; waiting for the receiver to free a slot
+  kSiteP2pRecv = 4,  // index: the channel; waiting for the sender's next chunk
 };
 CHORUS_HD constexpr uint32_t waitSite(uint32_t kind, uint32_t index, uint32_t number) {
   return kind << 24 | (index & 0xFF) << 16 | (number & 0xFFFF);

@@ -302,7 +302,8 @@ void DeviceComm::sizeKernels(const std::vector<PeerInfo>& info) {
 DeviceComm::~DeviceComm() {
   const OnDevice on(device_);
   if (ordered_ && cudaEventSynchronize(order_.e) != cudaSuccess) (void)cudaGetLastError();
-  for (const InFlight& f : inFlight_) freeEvents_.free.insert(freeEvents_.free.end(), {f.copiedIn, f.copiedBack});
+  for (const InFlight& f : inFlight_)
+    freeEvents_.free.insert(freeEvents_.free.end(), {f.copiedIn, f.copiedBack});
   inFlight_.clear();
   for (cudaEvent_t e : freeEvents_.free) {
     if (cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
@@ -343,8 +344,8 @@ std::string waitText(uint32_t site, uint32_t want, uint32_t seen, int peer) {
       return strCat("; channel ", index, " waited for a free FIFO slot: chunk ", want + ipc::kP2pSlots - 1,
                     " needs rank ", peer, " to have taken ", want, " chunks, it had taken ", seen);
     case ipc::kSiteP2pRecv:
-      return strCat("; channel ", index, " waited for chunk ", want - 1, " of rank ", peer, ", which had put ",
-                    seen, " chunks there");
+      return strCat("; channel ", index, " waited for chunk ", want - 1, " of rank ", peer,
+                    ", which had put ", seen, " chunks there");
     default:
       return "";
   }
@@ -385,7 +386,8 @@ chorusResult_t DeviceComm::error(std::string* message) const {
     *message = strCat("rank ", rank_, ": a device collective timed out after ", timeoutMs_.load() / 1000.0,
                       " s waiting for rank ", peer,
                       " (it never made the matching call: every rank must issue the same device calls in the "
-                      "same order", where, ")");
+                      "same order",
+                      where, ")");
   }
   return chorusTimeout;
 }
