@@ -31,8 +31,8 @@ inline constexpr uint32_t kErrStaged = 3;   // a staged operation did not finish
 inline constexpr uint32_t kErrP2pSize = 4;  // a receive met a send of another size
 
 /// Where a kernel's failed wait was, written beside the error word (what the host message names):
-/// site = kind << 24 | index << 16 | number, then the value waited for and the value seen (low 32
-/// bits each).
+/// site = kind << 29 | index << 24 | number (24 bits, as barrier values count barriers), then the
+/// value waited for and the value seen (low 32 bits each).
 enum WaitSite : uint32_t {
   kSiteBarrier = 1,  // index: the block; number: which barrier of the kernel
   kSiteLL = 2,       // index: the block
@@ -40,8 +40,9 @@ enum WaitSite : uint32_t {
   kSiteP2pRecv = 4,  // index: the channel; waiting for the sender's next chunk
 };
 CHORUS_HD constexpr uint32_t waitSite(uint32_t kind, uint32_t index, uint32_t number) {
-  return kind << 24 | (index & 0xFF) << 16 | (number & 0xFFFF);
+  return kind << 29 | (index & 0x1F) << 24 | (number & 0xFFFFFF);
 }
+static_assert(kMaxBlocks <= 32 && kP2pChannels <= 32, "waitSite keeps 5 bits of block or channel");
 
 using Byte = unsigned char;
 struct alignas(16) Vec16 {

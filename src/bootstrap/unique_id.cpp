@@ -94,6 +94,11 @@ std::shared_ptr<Store> storeForUniqueId(const chorusUniqueId& id, std::chrono::m
   const auto address = parseUniqueId(id);
   if (!address) failInvalid("chorusUniqueId is not one made by chorusGetUniqueId");
   const std::string where = strCat("the unique id's store (", address->host, ":", address->port, ")");
+  if (!auth::available() && address->secret != kNoSecret)
+    failInvalid(
+        "chorusUniqueId carries a secret, but this Chorus build has no authentication (built "
+        "without OpenSSL) to prove it to ",
+        where, ": the id was made by a build with it; use builds of one kind in a job");
   std::shared_ptr<Store> store;
   try {
     store = makeTcpStore(address->host, address->port, timeout, storeSecret(*address));

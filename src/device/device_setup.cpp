@@ -152,16 +152,24 @@ void DeviceComm::allocateOwn(PeerInfo* mine) {
     devWords_ = static_cast<uint32_t*>(mapped);
     check(cudaEventCreateWithFlags(&order_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join_.e, cudaEventDisableTiming), rank_, "cudaEventCreate");
-    // Staged calls' buffers and events (device_state.hpp: no pinned allocation once a peer may wait).
-    pool_->reserve(kReservedStaging, std::max<size_t>(envConfig().cudaStageBytes / 8, 4096));
+    mine->setUpOk = 1;
+  } catch (const Error& e) {
+    copyText(mine->why, sizeof mine->why, e.what());
+    return;
+  }
+  // Staged calls' buffers and events (device_state.hpp: no pinned allocation once a peer may
+  // wait): two buffers (input and output) and two events for each of kReservedStaging calls. Best
+  // effort: without them a staged call allocates its own, as before.
+  try {
+    pool_->reserve(2 * kReservedStaging, reservedStagingBytes());
     for (size_t i = 0; i < 2 * kReservedStaging; ++i) {
       cudaEvent_t e = nullptr;
       check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank_, "cudaEventCreate");
       freeEvents_.free.push_back(e);
     }
-    mine->setUpOk = 1;
   } catch (const Error& e) {
-    copyText(mine->why, sizeof mine->why, e.what());
+    logInfo(Subsys::Init, "rank ", rank_, ": no staging buffers reserved at set-up (", e.what(),
+            "): staged calls allocate pinned memory as they come");
   }
 }
 
@@ -330,7 +338,7 @@ namespace {
 
 // Where a kernel's failed wait was (ipc::WaitSite and the two values beside it), for the message.
 std::string waitText(uint32_t site, uint32_t want, uint32_t seen, int peer) {
-  const uint32_t kind = site >> 24, index = (site >> 16) & 0xFF, number = site & 0xFFFF;
+  const uint32_t kind = site >> 29, index = (site >> 24) & 0x1F, number = site & 0xFFFFFF;
   switch (kind) {
     case ipc::kSiteBarrier:
       // Barrier values: kernel number << 24 | (barrier + 1), low 32 bits.

@@ -13,9 +13,10 @@
 // for this thread (cudaFree, cudaFreeHost, cudaMemcpy on the legacy stream): all allocations happen
 // before set-up's last exchange, staging buffers are pooled and freed only with the communicator,
 // and copies go on the call's stream. Pinned allocations can also wait behind another thread's copy
-// into pageable memory that waits for a kernel (seen on an H200): set-up reserves staging buffers
-// and events, and a staged call takes those back from the calls before it that are done; only a
-// call larger than a reserved buffer, or with more in flight, allocates pinned memory.
+// into pageable memory that waits for a kernel (seen on an H200): set-up reserves the buffers and
+// events of four staged calls of up to CHORUS_CUDA_STAGE_BYTES / 8 (at most 1 MiB) per buffer, and
+// a staged call takes them back from the calls before it that are done; only a larger call, or a
+// fifth in flight, allocates pinned memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/config.hpp"
 #include "base/error.hpp"
 #include "base/op.hpp"
 #include "core/device.hpp"
@@ -293,8 +295,12 @@ class DeviceComm : public State {
   // Staged operations (device_staged.cpp).
   Staging stage(Op& op);
   void enqueueStaged(const std::shared_ptr<CommImpl>& comm, Op op, const Staging& s, cudaStream_t stream);
-  // Staging buffers (of CHORUS_CUDA_STAGE_BYTES / 8) and pairs of events made at set-up.
+  // Staged calls whose two pinned buffers (of reservedStagingBytes()) and two events are made at
+  // set-up.
   static constexpr size_t kReservedStaging = 4;
+  static size_t reservedStagingBytes() {
+    return std::clamp<size_t>(envConfig().cudaStageBytes / 8, 4096, size_t{1} << 20);
+  }
   std::mutex stagedMu_;  // staged tickets in the order of the communicator's own
   std::deque<InFlight> inFlight_;
   // Events no staged call uses now; those left at destruction are destroyed (also when set-up fails

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.hpp"
 #include "bootstrap/auth.hpp"
 #include "chorus/store.hpp"
 #include "launcher/job.hpp"
@@ -132,9 +133,10 @@ int main(int argc, char** argv) {
       if (chorus::auth::available()) {
         options.secret = chorus::generateSecret();
       } else {
-        std::fprintf(stderr,
-                     "chorusrun: this build has no authentication (built without OpenSSL): the job's TCP "
-                     "store on 127.0.0.1 takes any local process\n");
+        // Said at INFO only: the ranks' own output on stderr stays theirs alone.
+        chorus::logInfo(chorus::Subsys::Bootstrap,
+                        "chorusrun: this build has no authentication (built without OpenSSL): the job's TCP "
+                        "store on 127.0.0.1 takes any local process");
       }
     }
     store = std::make_unique<chorus::TcpStoreServer>("127.0.0.1", 0, options.secret);

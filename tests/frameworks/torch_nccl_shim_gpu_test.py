@@ -10,9 +10,13 @@ import os
 import sys
 import tempfile
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:  # no torch here (tests/gpu/run.sh runs this wherever python3 is)
+    print(f"skipped: {e}")
+    sys.exit(77)
 
 WORLD = 2
 

@@ -20,7 +20,7 @@
 #   6. NCCL single-rank all_reduce through PyTorch, as a sanity baseline (skipped without torch)
 #   7. PyTorch's own ProcessGroupNCCL over Chorus's libnccl.so.2 (LD_PRELOAD), 2 processes on the
 #      GPU: tests/frameworks/torch_nccl_shim_gpu_test.py (skipped without torch)
-# The timeouts add up to 599 s, under the device tool's 600 s per command. It writes
+# The timeouts add up to 569 s, under the device tool's 600 s per command. It writes
 # $OUT/summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -36,6 +36,7 @@ binaries="tests/gpu/test_cuda_kernels tests/gpu/test_cuda_collectives bench/gpu/
   src/chorusrun"
 have_all=1
 for b in $binaries; do [ -x "$bin/$(basename "$b")" ] || have_all=0; done
+[ -f "$bin/shim/libnccl.so.2" ] || have_all=0
 if [ "${1:-}" = "--build-only" ] || [ $have_all = 0 ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90" \
     -DCHORUS_WITH_HWLOC=OFF -DCHORUS_WITH_OPENSSL=OFF -DCHORUS_WITH_UCX=OFF -DCHORUS_WITH_VERBS=OFF \
@@ -133,7 +134,7 @@ dist.destroy_process_group()
 PY
 step "torch ProcessGroupNCCL over Chorus's libnccl.so.2 (2 processes, one GPU)"
 # Exit 77: no torch or no usable GPU there.
-LD_LIBRARY_PATH="$PWD/$bin/shim" LD_PRELOAD="$PWD/$bin/shim/libnccl.so.2" timeout 90 \
+LD_LIBRARY_PATH="$PWD/$bin/shim" LD_PRELOAD="$PWD/$bin/shim/libnccl.so.2" timeout 60 \
   python3 tests/frameworks/torch_nccl_shim_gpu_test.py > "$OUT/torch_shim.log" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1

@@ -10,7 +10,7 @@ out=$("$deny" "$info" -n 2 2>&1)
 rc=$?
 [ $rc -eq 77 ] && { echo "$out"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
-echo "$out" | grep -E "Single copy +refused, collectives stage heap buffers: process [0-9]+ refused it: .*EPERM: ptrace rules" ||
+grep -E "Single copy +refused, collectives stage heap buffers: process [0-9]+ refused it: .*EPERM: ptrace rules" <<<"$out" ||
   fail "chorus-info did not report the refusal: $out"
 # Sizes where single copy would read in place: allreduce from 256 KiB, reduce_scatter from 32 KiB,
 # all_gather and broadcast up to 1 MiB, sends from 1 MiB; 2 and 3 ranks.
@@ -20,8 +20,8 @@ for n in 2 3; do
           -b 4K -e 4M -f 8 -w 1 -n 2 2>&1)
     rc=$?
     [ $rc -eq 0 ] || fail "$coll, $n ranks: exit status $rc: $log"
-    echo "$log" | grep -q "Out of bounds values : 0 OK" || fail "$coll, $n ranks: wrong results: $log"
-    refusals=$(echo "$log" | grep -cE "collectives stage ordinary buffers: rank [0-9]+ cannot read rank [0-9]+'s memory: process [0-9]+ refused it: .*EPERM")
+    grep -q "Out of bounds values : 0 OK" <<<"$log" || fail "$coll, $n ranks: wrong results: $log"
+    refusals=$(grep -cE "collectives stage ordinary buffers: rank [0-9]+ cannot read rank [0-9]+'s memory: process [0-9]+ refused it: .*EPERM" <<<"$log")
     [ "$refusals" -eq $n ] || fail "$coll, $n ranks: $refusals refusal lines, want one per rank: $log"
     echo "ok: $coll, $n ranks: staged, exact, the refusal named by every rank"
   done
