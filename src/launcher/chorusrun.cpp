@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   try {
     // The job secret: the caller's CHORUS_SECRET if set (to share it with ranks started elsewhere),
     // else a new random one. Only processes that prove it may use the store. A build without
-    // OpenSSL cannot prove one: its store takes any local process, as it says.
+    // OpenSSL cannot prove one: its store takes any local process (said at INFO).
     options.secret = chorus::secretFromEnvironment();
     if (options.secret.empty()) {
       if (chorus::auth::available()) {
