@@ -1,8 +1,10 @@
 // Run-time choice between the portable, AVX2 + F16C and AVX-512 kernels, made once per process.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #if defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
@@ -94,8 +96,9 @@ const KernelImpl& activeKernels() {
   return chosen;
 }
 
-void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
-            int avgDivisor) {
+namespace {
+
+void checkReduce(int nsrcs, DataType type, ReduceOp op) {
   if (nsrcs < 1) {
     throw Error(chorusInvalidArgument,
                 "chorus::kernels::reduce: nsrcs must be >= 1, got " + std::to_string(nsrcs));
@@ -108,8 +111,41 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
     throw Error(chorusInvalidArgument,
                 "chorus::kernels::reduce: unknown reduction op " + std::to_string(static_cast<int>(op)));
   }
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor) {
+  checkReduce(nsrcs, type, op);
   if (count == 0) return;
   activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
+}
+
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor, CopyMode store) {
+  checkReduce(nsrcs, type, op);
+  constexpr size_t kBounceBytes = 16 * 1024;
+  const size_t elem = dataTypeSize(type);
+  const KernelImpl& k = activeKernels();
+  if (store != CopyMode::Streaming || count * elem <= kBounceBytes) {
+    if (count != 0) k.reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
+    return;
+  }
+  // A block at a time into `bounce` (in L1), streamed out. Each block reads the sources at its
+  // offset before dst is written there, so a dst that is one of the sources works as in reduce().
+  const size_t blockElems = kBounceBytes / elem;
+  alignas(64) std::byte bounce[kBounceBytes];
+  constexpr int kInline = 64;
+  const void* inlineSrcs[kInline];
+  std::vector<const void*> manySrcs(nsrcs > kInline ? static_cast<size_t>(nsrcs) : 0);
+  const void** moved = nsrcs > kInline ? manySrcs.data() : inlineSrcs;
+  for (size_t off = 0; off < count; off += blockElems) {
+    const size_t m = std::min(blockElems, count - off);
+    for (int i = 0; i < nsrcs; ++i) moved[i] = static_cast<const std::byte*>(srcs[i]) + off * elem;
+    k.reduce(bounce, moved, nsrcs, m, type, op, avgDivisor);
+    k.streamCopy(static_cast<std::byte*>(dst) + off * elem, bounce, m * elem);
+  }
 }
 
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {

@@ -36,6 +36,14 @@ enum class CopyMode {
 /// src/algorithms/common.hpp).
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Auto);
 
+/// reduce() with its stores chosen as copy()'s: Streaming reduces a block of at most 16 KiB of
+/// output at a time into a buffer that stays in L1 and streams it to dst, so that a large output
+/// costs no read-for-ownership of its lines (a quarter of a 2-source reduction's memory traffic).
+/// Cached and Auto: reduce() as above. The results are bit for bit reduce()'s; dst may be the same
+/// pointer as any srcs[k], as there.
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor, CopyMode store);
+
 /// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();
 

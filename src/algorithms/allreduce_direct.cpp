@@ -20,7 +20,8 @@ void allReduceShared(Context& ctx, const Op& op, const std::vector<engine::PeerB
   if (sn) {
     std::vector<const void*> srcs(static_cast<size_t>(n));
     for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = peers[static_cast<size_t>(k)].send + so * elem;
-    kernels::reduce(at(op.recv, so, elem), srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n));
+    kernels::reduce(at(op.recv, so, elem), srcs.data(), n, sn, op.type, op.op, avgDivisor(op, n),
+                    outputCopyMode(op.count * elem, op.send == op.recv));
   }
   shared(ctx).syncAll();  // every slice reduced
   const kernels::CopyMode store = outputCopyMode(op.count * elem);
@@ -41,9 +42,9 @@ void allReducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerB
   const size_t elem = dataTypeSize(op.type);
   Slices slices(op.count, static_cast<size_t>(n), cacheLineElems(elem));
   const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
-  if (sn) reducePulled(ctx, op, peers, so, sn, at(op.recv, so, elem), avgDivisor(op, n));
-  shared(ctx).syncAll();  // every slice reduced
   const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
+  if (sn) reducePulled(ctx, op, peers, so, sn, at(op.recv, so, elem), avgDivisor(op, n), store);
+  shared(ctx).syncAll();  // every slice reduced
   for (int k = 0; k < n; ++k) {
     const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
     const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));

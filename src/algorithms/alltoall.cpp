@@ -32,11 +32,15 @@ void allToAllDirect(Context& ctx, const Op& op) {
       outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },
+      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
       [&](size_t off, size_t ce, int h) {
         for (int k = 0; k < n; ++k) {
-          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
-                        shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
+          void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);
+          if (k != me) {
+            kernels::copy(to, shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
+          } else if (op.send != op.recv) {  // this rank's own block goes straight from its input
+            kernels::copy(to, at(op.send, static_cast<size_t>(me) * op.count + off, elem), ce * elem, store);
+          }
         }
       });
 }

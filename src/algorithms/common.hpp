@@ -56,11 +56,13 @@ void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage,
 }
 
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
-/// block after block into this rank's staging half (reduce-scatter and all-to-all layouts).
+/// block after block into this rank's staging half (reduce-scatter and all-to-all layouts); all
+/// but block `skip` (-1: none), which no peer reads.
 inline void stageBlocks(transport::ShmGroup& shm, int half, const void* send, size_t count, size_t off,
-                        size_t ce, size_t elemSize) {
+                        size_t ce, size_t elemSize, int skip = -1) {
   std::byte* mine = shm.stage(shm.rank(), half);
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
+    if (static_cast<int>(j) == skip) continue;
     kernels::copy(mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);
   }
 }
@@ -97,9 +99,10 @@ bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace);
 /// `peers` and synchronises afterwards): dst = op.op over every rank k of `count` elements at
 /// element offset `offset` of k's send buffer (`divisor`: Avg's, or 0). This rank's own are read in
 /// place; each peer's are read into scratch with readPeer, piece by piece, so that they are in
-/// cache for the reduction, half a staging half at a time.
+/// cache for the reduction, half a staging half at a time. `store`: how dst is written
+/// (outputCopyMode of the whole output).
 void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers, size_t offset,
-                  size_t count, void* dst, int divisor);
+                  size_t count, void* dst, int divisor, kernels::CopyMode store);
 
 /// ShmSync::exchangeBuffers for a message of `messageBytes`, skipped (false on every rank) when the
 /// message is too small or zero copy is off.

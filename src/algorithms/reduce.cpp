@@ -12,6 +12,7 @@ void reduceDirect(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
@@ -21,7 +22,7 @@ void reduceDirect(Context& ctx, const Op& op) {
       [&](size_t off, size_t ce, int h) {
         if (me != op.root) return;
         for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
-        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
       });
 }
 

@@ -6,8 +6,8 @@
 
 namespace chorus::algo {
 
-// Direct: each rank stages all n blocks of a chunk; rank r reduces block r of every peer's stage
-// straight into its output. One synchronisation per chunk.
+// Direct: each rank stages the n-1 blocks of a chunk its peers reduce; rank r reduces block r of
+// every peer's stage and of its own input straight into its output. One synchronisation per chunk.
 void reduceScatterDirect(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   const int n = ctx.size(), me = ctx.rank();
@@ -15,10 +15,14 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   std::vector<engine::PeerBuffers> peers;
   const size_t sendBytes = static_cast<size_t>(n) * op.count * elem;
+  // The output overwrites this rank's own input block in place: those lines were just read.
+  const kernels::CopyMode store =
+      outputCopyMode(op.count * elem, op.recv == at(op.send, static_cast<size_t>(me) * op.count, elem));
   if (trySingleCopy(ctx, op.kind, sendBytes, op.count * elem, op.send, sendBytes, op.recv, 0, peers)) {
     if (!peers[static_cast<size_t>(me)].mapped) {
       // Single copy: pull block `me` of every peer's input into cache, reduce into the output.
-      reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n));
+      reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n),
+                   store);
       shared(ctx).syncAll();  // nobody reads this rank's input any more
       return;
     }
@@ -26,7 +30,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     for (int k = 0; k < n; ++k)
       srcs[static_cast<size_t>(k)] =
           peers[static_cast<size_t>(k)].send + static_cast<size_t>(me) * op.count * elem;
-    kernels::reduce(op.recv, srcs.data(), n, op.count, op.type, op.op, avgDivisor(op, n));
+    kernels::reduce(op.recv, srcs.data(), n, op.count, op.type, op.op, avgDivisor(op, n), store);
     shared(ctx).syncAll();  // nobody reads this rank's input any more
     return;
   }
@@ -34,11 +38,13 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem); },
+      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
       [&](size_t off, size_t ce, int h) {
         for (int k = 0; k < n; ++k)
           srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
-        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+        // This rank's own block is read from its input: staging it would only copy it once more.
+        srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
+        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
       });
 }
 

@@ -78,7 +78,7 @@ bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace) {
 }
 
 void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers, size_t offset,
-                  size_t count, void* dst, int divisor) {
+                  size_t count, void* dst, int divisor, kernels::CopyMode store) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type), line = cacheLineElems(elem);
   // Half a staging half in all, shared by the peers (256 KiB here; at 2 ranks and 2 MiB, pieces of
@@ -100,7 +100,7 @@ void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuff
       shared(ctx).readPeer(k, p, into, p.send + o * elem, l * elem, kernels::CopyMode::Cached);
       srcs[static_cast<size_t>(k)] = into;
     }
-    kernels::reduce(at(dst, o - offset, elem), srcs.data(), n, l, op.type, op.op, divisor);
+    kernels::reduce(at(dst, o - offset, elem), srcs.data(), n, l, op.type, op.op, divisor, store);
   }
 }
 

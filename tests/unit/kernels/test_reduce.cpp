@@ -877,6 +877,70 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
   copy(nullptr, nullptr, 0);
 }
 
+// reduce(..., CopyMode::Streaming) goes a 16 KiB block at a time through a buffer and streams it
+// out: bit for bit what reduce() writes, for every element size, source count, a length that ends
+// mid-block, an unaligned destination and a destination that is one of the sources.
+TEST(Dispatch, StreamingReduceEqualsReduce) {
+  std::mt19937 rng(7);
+  constexpr size_t kBlockBytes = 16 * 1024;
+  for (DataType type :
+       {DataType::Int8, DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64}) {
+    const size_t elem = dataTypeSize(type), block = kBlockBytes / elem;
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+      for (int nsrcs : {1, 2, 3, 5}) {
+        for (size_t count : {size_t{17}, block, block + 1, 3 * block + 13}) {
+          for (size_t shift : {size_t{0}, size_t{1}}) {  // the destination's offset in elements
+            std::vector<std::vector<unsigned char>> bufs(static_cast<size_t>(nsrcs));
+            std::vector<const void*> srcs;
+            for (auto& b : bufs) {
+              b.resize(count * elem);
+              if (type == DataType::Int8) {
+                for (auto& x : b) x = static_cast<unsigned char>(rng());
+              } else {  // finite values, so that no NaN payload is left unspecified
+                std::uniform_real_distribution<float> d(-100.0f, 100.0f);
+                for (size_t i = 0; i < count; ++i) {
+                  const float v = d(rng);
+                  if (elem == 4) std::memcpy(&b[i * 4], &v, 4);
+                  if (elem == 8) {
+                    const double w = v;
+                    std::memcpy(&b[i * 8], &w, 8);
+                  }
+                  if (elem == 2) {  // the top half of a float: a bfloat16, and a finite half below 2
+                    uint32_t u;
+                    std::memcpy(&u, &v, 4);
+                    const uint16_t h =
+                        type == DataType::BFloat16 ? uint16_t(u >> 16) : uint16_t((u >> 16) & 0x3bff);
+                    std::memcpy(&b[i * 2], &h, 2);
+                  }
+                }
+              }
+              srcs.push_back(b.data());
+            }
+            const int divisor = op == ReduceOp::Avg ? nsrcs + 1 : 0;
+            std::vector<unsigned char> want(count * elem), got((count + shift) * elem);
+            reduce(want.data(), srcs.data(), nsrcs, count, type, op, divisor);
+            reduce(got.data() + shift * elem, srcs.data(), nsrcs, count, type, op, divisor,
+                   CopyMode::Streaming);
+            ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<long>(shift * elem)))
+                << dataTypeName(type) << " op " << static_cast<int>(op) << " nsrcs " << nsrcs << " count "
+                << count << " shift " << shift;
+            // In place: the destination is the last source.
+            reduce(bufs.back().data(), srcs.data(), nsrcs, count, type, op, divisor, CopyMode::Streaming);
+            ASSERT_EQ(bufs.back(), want)
+                << dataTypeName(type) << " in place, nsrcs " << nsrcs << " count " << count;
+          }
+        }
+      }
+    }
+  }
+  float x = 0;
+  const void* one[1] = {&x};
+  EXPECT_THROW(reduce(&x, one, 0, 1, DataType::Float32, ReduceOp::Sum, 0, CopyMode::Streaming), Error);
+  EXPECT_THROW(reduce(&x, one, 1, 1 << 20, static_cast<DataType>(kNumDataTypes), ReduceOp::Sum, 0,
+                      CopyMode::Streaming),
+               Error);
+}
+
 TEST(Dispatch, RejectsBadArguments) {
   float x = 0;
   const void* srcs[1] = {&x};
