@@ -179,7 +179,7 @@ class CommImpl final : public algo::Context, public engine::PipeSet, public engi
   const Op* curOp_ = nullptr;
   bool zeroCopy_ = true;  // rank 0's CHORUS_ZERO_COPY
   std::string commId_;    // random id made by rank 0 (names shm segments, flight recorder files)
-  FlightRecorder flight_{envConfig().flightRecorderEntries};
+  FlightRecorder flight_{envConfig().flightRecorderEntries, !envConfig().flightRecorderPath.empty()};
   const char* curAlgo_ = nullptr;
   size_t groupTransfers_ = 0;
   std::string runningWhat() const;

@@ -6,10 +6,15 @@
 #include <ctime>
 
 #include "base/util.hpp"
+#include "engine/waiter.hpp"
 
 namespace chorus {
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {}
+FlightRecorder::FlightRecorder(size_t capacity, bool precise) : ring_(capacity), precise_(precise) {}
+
+std::chrono::steady_clock::time_point FlightRecorder::now() const {
+  return precise_ ? std::chrono::steady_clock::now() : engine::coarseNow();
+}
 
 FlightEntry* FlightRecorder::begin(std::chrono::steady_clock::time_point now) {
   if (ring_.empty()) return nullptr;
@@ -25,7 +30,7 @@ FlightEntry* FlightRecorder::begin(std::chrono::steady_clock::time_point now) {
 void FlightRecorder::end(chorusResult_t status) {
   if (!open_) return;
   open_->status = status;
-  open_->took = std::chrono::steady_clock::now() - open_->start;
+  open_->took = now() - open_->start;
   open_ = nullptr;
 }
 

@@ -15,6 +15,23 @@ constexpr auto kMaxSleep = std::chrono::microseconds(500);
 constexpr auto kHealthEvery = std::chrono::milliseconds(10);
 }  // namespace
 
+Clock::time_point coarseNow() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+Clock::duration coarseTick() {
+  static const Clock::duration tick = [] {
+    struct timespec res {};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(res.tv_sec) +
+                                                       std::chrono::nanoseconds(res.tv_nsec));
+  }();
+  return tick;
+}
+
 const char* waitPolicyName(WaitPolicy p) {
   switch (p) {
     case WaitPolicy::Spin:

@@ -1,9 +1,11 @@
 // engine::Waiter: the waiting policy chosen by ranks per core (CHORUS_WAIT overrides it), and
-// every policy, spinning included, still ending a wait at its deadline with what was pending.
+// every policy, spinning included, still ending a wait at its deadline with what was pending; the
+// coarse clock that call deadlines start from.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "base/error.hpp"
 #include "engine/waiter.hpp"
@@ -23,6 +25,22 @@ TEST(WaitPolicy, ChosenByRanksPerCoreUnlessSet) {
   EXPECT_EQ(waitPolicyFor("yield", 2, 2), WaitPolicy::Yield);
   EXPECT_EQ(waitPolicyFor("sleep", 2, 2), WaitPolicy::Sleep);
   EXPECT_STREQ(waitPolicyName(WaitPolicy::Yield), "yield");
+}
+
+// The coarse clock is the exact one to the tick: never ahead of it, less than two ticks behind
+// (CommImpl's deadlines add two), also right after a sleep, when the tick may not have run yet.
+TEST(CoarseClock, TrailsTheExactClockByLessThanTwoTicks) {
+  const auto tick = coarseTick();
+  EXPECT_GT(tick, Clock::duration::zero());
+  EXPECT_LE(tick, std::chrono::milliseconds(100));
+  for (int i = 0; i < 20000; ++i) {
+    if (i % 1000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto before = Clock::now();
+    const auto coarse = coarseNow();
+    const auto after = Clock::now();
+    ASSERT_LE(coarse, after) << "iteration " << i;
+    ASSERT_GT(coarse + 2 * tick, before) << "iteration " << i;
+  }
 }
 
 struct CountingHealth : Health {
