@@ -13,8 +13,8 @@
 // code), so the permutation is undone by the final bfloat16 store.
 
 #if CHORUS_KERNELS_VECTOR_AVX512
-// AVX-512: units of two 512-bit registers (32 float-like elements, 16 float64), in element order
-// for every type (bfloat16 widens with vpmovzxwd, no even/odd split).
+// AVX-512: units of two 512-bit registers (32 float-like elements, 16 float64); bfloat16 splits
+// even and odd elements as the AVX2 build does, every other type is in element order.
 template <typename T>
 struct Vec {
   static constexpr bool kOk = false;
@@ -71,62 +71,75 @@ struct Vec<BFloat16> {
   static constexpr bool kOk = true;
   using V = __m512;
   static constexpr size_t kUnit = 32;
-  static V widen(const BFloat16* p) {
-    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-  }
+  // One 64-byte load: lo = elements 0, 2, ..., 30 (each 16-bit pattern moved to the top of its
+  // 32-bit lane is its float32 value), hi = elements 1, 3, ..., 31 (already at the top; clear the
+  // bottom). A shift and a mask, no lane crossing: on the EPYC (Zen 5) the in-order widening
+  // (vpmovzxwd + vpslld per 16 elements) kept the shift ports busy for 4 cycles a unit.
   static void load(const BFloat16* p, V& lo, V& hi) {
-    lo = widen(p);
-    hi = widen(p + 16);
+    const __m512i x = _mm512_loadu_si512(p);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int32_t(0xffff0000u))));
   }
-  // The top halves, narrowed (exact for values that are bfloat16 already).
-  static __m256i truncate(V v) {
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
-  }
-  // float32 -> bfloat16 with integer operations, as floatToBf16: round to nearest even (a carry
-  // reaches the exponent, and infinity at the top); NaN keeps sign and top payload, made quiet.
-  static __m256i round(V v) {
+  // The odd 16-bit words of the result from hi, the even ones from lo.
+  static constexpr __mmask32 kOddWords = 0xaaaaaaaau;
+  // float32 -> bfloat16 in the top 16 bits of each lane (the bottom ones are garbage), as
+  // floatToBf16: round to nearest even (a carry reaches the exponent, and infinity at the top);
+  // NaN keeps sign and top payload, made quiet.
+  static __m512i roundAny(V v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-    r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    return _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x00400000));
   }
 #if CHORUS_KERNELS_NATIVE_BF16
-  // vcvtne2ps2bf16 rounds and quiets NaN exactly as round() but turns float32 subnormals into
+  // vcvtne2ps2bf16 rounds and quiets NaN exactly as roundAny() but turns float32 subnormals into
   // zero: used only where neither register holds one (vfpclassps class 0x20: denormal; one test of
   // both masks).
   static bool noSubnormal(V lo, V hi) {
     return _kortestz_mask16_u8(_mm512_fpclass_ps_mask(lo, 0x20), _mm512_fpclass_ps_mask(hi, 0x20));
   }
+  // vcvtne2ps2bf16(hi, lo) gives lo's 16 results (the even elements) then hi's (the odd ones);
+  // word k of the unit comes from word k / 2 + (k odd ? 16 : 0).
+  static __m512i interleave(__m512i evenThenOdd) {
+    const __m512i index = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,  //
+                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(index, evenThenOdd);
+  }
 #endif
+  // kExact (Max/Min: every value is a widened bfloat16): nothing to round.
   template <bool kExact = false>
   static void store(BFloat16* p, V lo, V hi) {
-    __m256i a, b;
-    // kExact (Max/Min: every value is a widened bfloat16): truncation is exact, except that a NaN
-    // must come back quiet, which round() does.
-    if (kExact && __builtin_expect(_mm512_cmp_ps_mask(lo, hi, _CMP_UNORD_Q) == 0, 1)) {
-      a = truncate(lo);
-      b = truncate(hi);
-    } else if constexpr (kExact) {
-      a = round(lo);
-      b = round(hi);
-    } else {
+    const __m512i ulo = _mm512_castps_si512(lo);
+    const __m512i uhi = _mm512_castps_si512(hi);
+    __m512i out;
 #if CHORUS_KERNELS_NATIVE_BF16
-      if (__builtin_expect(noSubnormal(lo, hi), 1)) {
-        // All 32 in one conversion and one store: lo becomes elements 0-15, hi 16-31.
-        _mm512_storeu_si512(p, __builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo)));
-        return;
-      }
-      a = round(lo);
-      b = round(hi);
-#else
-      a = round(lo);
-      b = round(hi);
-#endif
+    if (!kExact && __builtin_expect(noSubnormal(lo, hi), 1)) {
+      _mm512_storeu_si512(p, interleave(__builtin_bit_cast(__m512i, _mm512_cvtne2ps_pbh(hi, lo))));
+      return;
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), b);
+#endif
+    // One compare finds a NaN in either register; NaN payloads need roundAny().
+    if (__builtin_expect(_mm512_cmp_ps_mask(lo, hi, _CMP_UNORD_Q) == 0, 1)) {
+      // t = the truncated results (top halves), in element order.
+      const __m512i t = _mm512_mask_blend_epi16(kOddWords, _mm512_srli_epi32(ulo, 16), uhi);
+      if constexpr (kExact) {
+        out = t;
+      } else {
+        // Round all 32 at once in 16-bit lanes, as the AVX2 store: low = the discarded bottom
+        // halves; round up iff low + (t & 1) > 0x8000 (above half an ulp, or exactly half with an
+        // odd t), a signed saturating add on low - 0x8000. A carry out of the mantissa moves to the
+        // exponent (to infinity at the top).
+        const __m512i low = _mm512_mask_blend_epi16(kOddWords, ulo, _mm512_slli_epi32(uhi, 16));
+        const __m512i lsb = _mm512_and_si512(t, _mm512_set1_epi16(1));
+        const __m512i excess =
+            _mm512_adds_epi16(_mm512_xor_si512(low, _mm512_set1_epi16(int16_t(0x8000))), lsb);
+        out = _mm512_mask_add_epi16(t, _mm512_cmpgt_epi16_mask(excess, _mm512_setzero_si512()), t,
+                                    _mm512_set1_epi16(1));
+      }
+    } else {
+      out = _mm512_mask_blend_epi16(kOddWords, _mm512_srli_epi32(roundAny(lo), 16), roundAny(hi));
+    }
+    _mm512_storeu_si512(p, out);
   }
 };
 #elif CHORUS_KERNELS_VECTOR_AVX2
