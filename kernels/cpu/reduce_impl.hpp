@@ -335,6 +335,27 @@ struct DivFinish {
 #endif
 };
 
+// Avg over a power-of-two divisor 2^k in a floating type: a * 2^-k. Both that product and the
+// quotient a / 2^k are the correctly rounded value of the same real number (2^-k is exact), so the
+// bits are the same, subnormal, infinite and NaN results included; a multiply issues every cycle
+// where a division takes several (2-source avg in L2 on the EPYC: bfloat16 120 -> 181 GB/s,
+// float32 with AVX2 161 -> 196).
+template <typename A>
+struct ScaleFinish {
+  static_assert(!kIsInt<A>);
+  static constexpr bool kIdentity = false;
+  A scale;
+  A operator()(A a) const { return a * scale; }
+#if CHORUS_KERNELS_VECTOR_AVX2
+  __m256 vec(__m256 v) const { return _mm256_mul_ps(v, _mm256_set1_ps(float(scale))); }
+  __m256d vec(__m256d v) const { return _mm256_mul_pd(v, _mm256_set1_pd(double(scale))); }
+#endif
+#if CHORUS_KERNELS_VECTOR_AVX512
+  __m512 vec(__m512 v) const { return _mm512_mul_ps(v, _mm512_set1_ps(float(scale))); }
+  __m512d vec(__m512d v) const { return _mm512_mul_pd(v, _mm512_set1_pd(double(scale))); }
+#endif
+};
+
 // ---- Vector loads and stores: Vec<T> (reduce_vec.hpp) -----------------------------------------
 
 #include "cpu/reduce_vec.hpp"  // a fragment of this file (see there), inside this namespace
@@ -561,8 +582,13 @@ void reduceTyped(void* dstv, const void* const* srcs, int nsrcs, size_t count, R
     case ReduceOp::Min:
       return reduceWith<T, OpMin>(dst, srcs, nsrcs, count, NoFinish{});
     case ReduceOp::Avg:
-      if (divide) return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, DivFinish<Acc>{avgDivisor});
-      return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, NoFinish{});
+      if (!divide) return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, NoFinish{});
+      if constexpr (!kIsInt<Acc>) {
+        if ((avgDivisor & (avgDivisor - 1)) == 0) {
+          return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, ScaleFinish<Acc>{Acc(1) / Acc(avgDivisor)});
+        }
+      }
+      return reduceWith<T, OpSum>(dst, srcs, nsrcs, count, DivFinish<Acc>{avgDivisor});
   }
 }
 

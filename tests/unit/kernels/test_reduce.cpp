@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -475,6 +476,96 @@ TEST(ReduceFloats, AvgDividesInAccumulationType) {
                      3);
   expectReduce<BFloat16>({BFloat16{0x3f80}, BFloat16{0x4000}, BFloat16{0x4080}}, ReduceOp::Avg,
                          BFloat16{refToBf16(7.0f / 3.0f)}, 3);
+}
+
+// Avg is the sum divided once, in the accumulation type, bit for bit: with a power-of-two divisor
+// the kernels multiply by its exact reciprocal instead (the same correctly rounded value), so the
+// operands cover the classes where the two could differ: subnormal quotients, sums that overflow to
+// infinity, infinities, zeros of either sign. NaN is left to ReduceNaN.
+template <typename T>
+T randomAvgOperand(std::mt19937_64& rng) {
+  const uint64_t r = rng();
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    constexpr int kMantBits = std::is_same_v<T, float> ? 23 : 52;
+    constexpr uint64_t kMaxExp = std::is_same_v<T, float> ? 255 : 2047;
+    const uint64_t exps[] = {0, 0, 1, 2, 3, kMaxExp / 2, kMaxExp / 2 + 1, kMaxExp - 2, kMaxExp - 1, kMaxExp};
+    const uint64_t e = exps[(r >> 56) % std::size(exps)];
+    const uint64_t mant = e == kMaxExp ? 0 : r & ((uint64_t(1) << kMantBits) - 1);  // infinity, not NaN
+    const uint64_t bits = ((r >> 63) << (sizeof(T) * 8 - 1)) | (e << kMantBits) | mant;
+    T x;
+    std::memcpy(&x, &bits, sizeof(T));
+    return x;
+  } else {
+    const uint16_t nanExp = std::is_same_v<T, Half> ? 0x7c00 : 0x7f80;
+    uint16_t bits = uint16_t(r);
+    if ((bits & nanExp) == nanExp) bits = uint16_t(bits & ~uint16_t(~nanExp & 0x7fff));  // NaN -> infinity
+    return T{bits};
+  }
+}
+
+template <typename T>
+bool isNaN(T x) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return (x.bits & 0x7fff) > 0x7c00;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return (x.bits & 0x7fff) > 0x7f80;
+  } else {
+    return std::isnan(x);
+  }
+}
+
+template <typename T>
+void expectAvgIsTheDivision() {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  std::mt19937_64 rng(11);
+  constexpr size_t kCount = 4099;  // whole vector units and a scalar tail
+  for (int nsrcs : {2, 3}) {
+    std::vector<std::vector<T>> s(static_cast<size_t>(nsrcs), std::vector<T>(kCount));
+    for (auto& v : s) {
+      for (auto& x : v) x = randomAvgOperand<T>(rng);
+    }
+    std::vector<const void*> srcs;
+    for (const auto& v : s) srcs.push_back(v.data());
+    const auto widen = [](T x) -> Acc {
+      if constexpr (std::is_same_v<T, Half>) {
+        return refHalfToFloat(x.bits);
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
+        return refBf16ToFloat(x.bits);
+      } else {
+        return x;
+      }
+    };
+    for (int divisor : {1, 2, 4, 8, 64, 1 << 20, 3, 6}) {
+      std::vector<Acc> want(kCount);  // in the accumulation type; NaN where infinities cancel
+      for (size_t i = 0; i < kCount; ++i) {
+        Acc acc = widen(s[0][i]);
+        for (int k = 1; k < nsrcs; ++k) acc = acc + widen(s[size_t(k)][i]);
+        want[i] = acc / Acc(divisor);
+      }
+      for (const KernelImpl* impl : availableImpls()) {
+        std::vector<T> out(kCount);
+        impl->reduce(out.data(), srcs.data(), nsrcs, kCount, dataTypeOf<T>(), ReduceOp::Avg, divisor);
+        for (size_t i = 0; i < kCount; ++i) {
+          const std::string where =
+              std::string(impl->name) + " " + typeName(dataTypeOf<T>()) + " nsrcs=" + std::to_string(nsrcs) +
+              " divisor=" + std::to_string(divisor) + " element " + std::to_string(i) + ": " + show(out[i]);
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(isNaN(out[i])) << where << ", want NaN";
+          } else {
+            const T w = fromDouble<T>(double(want[i]));
+            ASSERT_EQ(bitsOf(out[i]), bitsOf(w)) << where << ", want " << show(w);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceFloats, AvgIsTheDivisionBitForBit) {
+  expectAvgIsTheDivision<float>();
+  expectAvgIsTheDivision<double>();
+  expectAvgIsTheDivision<Half>();
+  expectAvgIsTheDivision<BFloat16>();
 }
 
 // fp16/bf16 accumulate all sources in float32 and round once.
