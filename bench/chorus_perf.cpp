@@ -331,17 +331,20 @@ class Bench {
     HalfResult h;
     // In-place sendrecv reads and writes one buffer concurrently: timed, not checked (nccl-tests).
     const bool checkable = !(inPlace && o_.coll == Coll::SendRecv);
+    CheckSpec spec;
+    spec.coll = o_.coll;
+    spec.type = type.type;
+    spec.op = op.op;
+    spec.root = o_.root;
+    spec.rank = rank;
+    spec.nranks = comm_.size();
+    spec.shape = shape;
+    // The buffers hold the checked run's data whether or not it is checked: zeros are not a fair
+    // input on host memory, where a streamed (non-temporal) line of zeros can cost a fraction of a
+    // line of data (2 MiB per thread on the EPYC VM: 91 against 42 GB/s; docs/performance.md).
+    prepareBuffers(spec, send, recv);
+    toDevice(shape, type);
     if (o_.check && checkable) {
-      CheckSpec spec;
-      spec.coll = o_.coll;
-      spec.type = type.type;
-      spec.op = op.op;
-      spec.root = o_.root;
-      spec.rank = rank;
-      spec.nranks = comm_.size();
-      spec.shape = shape;
-      prepareBuffers(spec, send, recv);
-      toDevice(shape, type);
       issue();
       fromDevice(shape, type);
       int64_t wrong = static_cast<int64_t>(countWrong(spec, recv));
