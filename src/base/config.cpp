@@ -189,7 +189,7 @@ const Setting kSettings[] = {
     // 1: compare every collective's arguments across ranks first.
     {"CHORUS_CHECK", "must be 0 or 1", flag<&EnvConfig::checkCalls>, showFlag<&EnvConfig::checkCalls>},
     // Outputs of at least this many bytes per rank bypass the cache ("inf": never).
-    // Unset (0 here): from the machine's L2; a set 0 streams every output.
+    // Unset (0 here): from the machine's caches; a set 0 streams every output.
     {"CHORUS_NT_STORE_BYTES", "must be a size such as 16M, or inf",
      [](const std::string& s, EnvConfig& c) {
        if (!sizeIn<&EnvConfig::ntStoreBytes, 0, SIZE_MAX>(s, c)) return false;

@@ -26,9 +26,14 @@ CacheThresholds cacheThresholdsFor(const HostTopology& host) {
     t.basis = "L2 unknown: defaults";
     return t;
   }
-  t.ntStoreBytes = static_cast<size_t>(std::clamp<uint64_t>(2 * host.l2Bytes, 1 * M, 64 * M));
+  // Streaming stores only for outputs the last-level cache would not hold anyway: plain stores up
+  // to there leave the output in cache for whoever reads it next (docs/performance.md).
+  t.ntStoreBytes = static_cast<size_t>(
+      std::clamp<uint64_t>(std::max<uint64_t>(2 * host.l2Bytes, host.l3Bytes), 1 * M, 64 * M));
   t.stageBytes = std::clamp<size_t>(floorPow2(host.l2Bytes / 2), 256 * K, 8 * M);
-  t.basis = strCat("from L2 ", formatBytes(host.l2Bytes));
+  t.basis = host.l3Bytes
+                ? strCat("from L2 ", formatBytes(host.l2Bytes), " and L3 ", formatBytes(host.l3Bytes))
+                : strCat("from L2 ", formatBytes(host.l2Bytes));
   return t;
 }
 

@@ -1,7 +1,8 @@
 // Sizes that depend on the machine's caches, derived from the host topology instead of constants:
 // where outputs stop fitting in cache (non-temporal stores from there) and how large a staging
-// chunk of the direct algorithms is (its working set must stay in L2). The formulas reproduce the
-// sizes measured best on the 2 MiB-L2 Xeon VM (docs/performance.md, "Thresholds from the
+// chunk of the direct algorithms is (its working set must stay in L2). The non-temporal threshold
+// is the one measured best on the EPYC VM with data in the buffers; the staging size reproduces
+// the one measured best on the 2 MiB-L2 Xeon VM (docs/performance.md, "Thresholds from the
 // machine"); CHORUS_NT_STORE_BYTES and CHORUS_SHM_STAGE_BYTES override them.
 #pragma once
 
@@ -16,13 +17,13 @@ namespace chorus::topo {
 struct CacheThresholds {
   uint64_t l2Bytes = 0;  // what they were derived from (0: unknown)
   uint64_t l3Bytes = 0;
-  /// Outputs of at least this many bytes per rank use non-temporal stores: 2 x L2, within 1-64 MiB
-  /// (4 MiB where L2 is unknown).
+  /// Outputs of at least this many bytes per rank use non-temporal stores: the L3 (the larger of
+  /// it and 2 x L2), within 1-64 MiB (4 MiB where L2 is unknown).
   size_t ntStoreBytes = size_t{4} << 20;
   /// The per-rank staging area (two halves): L2 / 2 rounded down to a power of two, within
   /// 256 KiB-8 MiB (1 MiB where L2 is unknown), so a chunk of the reading ranks' halves fits L2.
   size_t stageBytes = size_t{1} << 20;
-  /// "from L2 2 MiB" or "L2 unknown: defaults".
+  /// "from L2 1 MiB and L3 32 MiB", "from L2 2 MiB" (L3 unknown) or "L2 unknown: defaults".
   std::string basis;
 };
 

@@ -165,9 +165,9 @@ TEST(CacheThresholds, FromTheL2OfAnXmlTopology) {
   EXPECT_EQ(h.l2Bytes, uint64_t{512} << 10);
   EXPECT_EQ(h.l3Bytes, uint64_t{32} << 20);
   const CacheThresholds t = cacheThresholdsFor(h);
-  EXPECT_EQ(t.ntStoreBytes, size_t{1} << 20);
+  EXPECT_EQ(t.ntStoreBytes, size_t{32} << 20);  // the L3
   EXPECT_EQ(t.stageBytes, size_t{256} << 10);
-  EXPECT_EQ(t.basis, "from L2 512 KiB");
+  EXPECT_EQ(t.basis, "from L2 512 KiB and L3 32 MiB");
   // The sizes survive the JSON exchange between ranks.
   EXPECT_EQ(HostTopology::fromJson(h.toJson()).l2Bytes, h.l2Bytes);
 
@@ -181,12 +181,18 @@ TEST(CacheThresholds, FromTheL2OfAnXmlTopology) {
 }
 
 TEST(CacheThresholds, TheFormulasAndTheirBounds) {
-  auto with = [](uint64_t l2) {
+  auto with = [](uint64_t l2, uint64_t l3 = 0) {
     HostTopology h;
     h.l2Bytes = l2;
+    h.l3Bytes = l3;
     return cacheThresholdsFor(h);
   };
-  EXPECT_EQ(with(uint64_t{2} << 20).ntStoreBytes, size_t{4} << 20);  // the Xeon VM: what was measured best
+  EXPECT_EQ(with(uint64_t{1} << 20, uint64_t{32} << 20).ntStoreBytes, size_t{32} << 20);  // the EPYC VM
+  EXPECT_EQ(with(uint64_t{1} << 20, uint64_t{32} << 20).basis, "from L2 1 MiB and L3 32 MiB");
+  EXPECT_EQ(with(uint64_t{2} << 20, uint64_t{260} << 20).ntStoreBytes, size_t{64} << 20);  // the Xeon VM
+  EXPECT_EQ(with(uint64_t{4} << 20, uint64_t{4} << 20).ntStoreBytes, size_t{8} << 20);     // 2 x L2 > L3
+  EXPECT_EQ(with(uint64_t{2} << 20).ntStoreBytes, size_t{4} << 20);  // L3 unknown: 2 x L2
+  EXPECT_EQ(with(uint64_t{2} << 20).basis, "from L2 2 MiB");
   EXPECT_EQ(with(uint64_t{2} << 20).stageBytes, size_t{1} << 20);
   EXPECT_EQ(with(uint64_t{1280} << 10).stageBytes, size_t{512} << 10);  // 1.25 MiB: rounded down
   EXPECT_EQ(with(uint64_t{64} << 10).ntStoreBytes, size_t{1} << 20);    // clamped below
