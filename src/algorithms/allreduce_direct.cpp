@@ -1,7 +1,11 @@
 // AllReduce, direct: on one host every rank stages the slices of its chunk that its peers reduce,
 // reduces its own slice from its input and all peers' staging areas into its staging area, and
-// copies every reduced slice out. Per chunk: 2 synchronisations; per rank, (n-1)/n of the chunk
-// copied in, n/n reduced from n sources, the whole chunk copied out.
+// copies every reduced slice out. One synchronisation per chunk and one more per call (pipelined:
+// chunk i is copied out after the synchronisation that follows chunk i+1's staging); per rank,
+// (n-1)/n of the chunk copied in, n/n reduced from n sources, the whole chunk copied out.
+#include <optional>
+#include <utility>
+
 #include "algorithms/common.hpp"
 
 namespace chorus::algo {
@@ -72,31 +76,57 @@ void allReduceDirect(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::CopyMode store = outputCopyMode(bytes, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) {
-        // Peers need every slice of this chunk but this rank's own, which it reduces from its input.
-        Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
-        const size_t so = slices.offset(static_cast<size_t>(me)),
-                     end = so + slices.length(static_cast<size_t>(me));
-        kernels::copy(shm.stage(me, h), at(op.send, off, elem), so * elem);
-        kernels::copy(shm.stage(me, h) + end * elem, at(op.send, off + end, elem), (ce - end) * elem);
-      },
-      [&](size_t off, size_t ce, int h) {
-        Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
-        const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
-        if (sn) {
-          for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h) + so * elem;
-          srcs[static_cast<size_t>(me)] = at(op.send, off + so, elem);
-          kernels::reduce(shm.stage(me, h) + so * elem, srcs.data(), n, sn, op.type, op.op,
-                          avgDivisor(op, n));
-        }
-        shared(ctx).syncAll();  // every slice reduced
-        for (int k = 0; k < n; ++k) {
-          size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
-          if (l) kernels::copy(at(op.recv, off + o, elem), shm.stage(k, h) + o * elem, l * elem, store);
-        }
-      });
+  struct Chunk {
+    size_t off, ce;
+    int half;
+  };
+  auto myRange = [&](size_t ce) {
+    Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
+    const size_t so = slices.offset(static_cast<size_t>(me));
+    return std::pair{so, so + slices.length(static_cast<size_t>(me))};
+  };
+  // Peers need every slice of a chunk but this rank's own, which it reduces from its input.
+  auto stage = [&](const Chunk& c) {
+    const auto [so, end] = myRange(c.ce);
+    kernels::copy(shm.stage(me, c.half), at(op.send, c.off, elem), so * elem);
+    kernels::copy(shm.stage(me, c.half) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
+  };
+  // This rank's slice, from its input and what the peers staged, into the same place of its half.
+  auto reduce = [&](const Chunk& c) {
+    const auto [so, end] = myRange(c.ce);
+    if (end == so) return;
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, c.half) + so * elem;
+    srcs[static_cast<size_t>(me)] = at(op.send, c.off + so, elem);
+    kernels::reduce(shm.stage(me, c.half) + so * elem, srcs.data(), n, end - so, op.type, op.op,
+                    avgDivisor(op, n));
+  };
+  auto copyOut = [&](const Chunk& c) {
+    Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
+    for (int k = 0; k < n; ++k) {
+      const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
+      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stage(k, c.half) + o * elem, l * elem, store);
+    }
+  };
+  // Pipelined so that a chunk costs one synchronisation, not two: the one after chunk i+1 is
+  // staged also says chunk i is reduced, and its copy out runs after it. Staging chunk i+2 into
+  // chunk i's half while slower peers still copy chunk i's reduced slices out of it is safe: it
+  // writes every slice but this rank's own, and peers read only that one (of the same layout,
+  // hence the extra synchronisation before a chunk of another length reuses a half).
+  std::optional<Chunk> reduced;  // reduced, waiting for the next synchronisation to be copied out
+  size_t halfCe[2] = {0, 0};     // the length of the chunk last staged in each half
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const Chunk c{off, std::min(chunk, op.count - off), shared(ctx).nextStageHalf()};
+    size_t& last = halfCe[c.half];
+    if (last != 0 && last != c.ce) shared(ctx).syncAll();  // peers are done copying that chunk out
+    last = c.ce;
+    stage(c);
+    shared(ctx).syncAll();  // chunk c staged, the one before it reduced
+    if (reduced) copyOut(*reduced);
+    reduce(c);
+    reduced = c;
+  }
+  shared(ctx).syncAll();  // the last chunk reduced
+  copyOut(*reduced);
 }
 
 // AllReduce, one-shot: every rank stages its input and, after one synchronisation, reduces the
