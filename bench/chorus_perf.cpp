@@ -17,6 +17,12 @@
 //          (n-1)/n for all_gather, reduce_scatter and alltoall, and 1 for broadcast, reduce, sendrecv
 //   #wrong with -c 1: wrong elements summed over ranks in one validation run; N/A without it
 //          (and for in-place sendrecv, which sends from and receives into one buffer, as nccl-tests).
+// With --floor (host memory), each row also times the machine's floor in the same launch: every
+// rank memcpy's `size` bytes from its send buffer into its receive buffer, all ranks at once, -n
+// times before the out-of-place run and -n times after the in-place run. The JSON row gets
+// copy_us (per copy, the mean of the two, max over ranks), copy_gbps (the ranks' aggregate rate,
+// read and write counted as STREAM does: 2 * nranks * size / copy_us) and copy_change (the rate
+// after / before: far from 1, the machine changed pace during the row).
 // Exit status: 0, 1 if any result was wrong, 2 on a usage or library error.
 #include <unistd.h>
 
@@ -59,7 +65,8 @@ struct Options {
   int threads = 0;  // 0: ranks from the environment
   bool json = false;
   bool memAlloc = false;
-  bool cuda = false;  // --memory cuda: device buffers, calls on a stream
+  bool cuda = false;   // --memory cuda: device buffers, calls on a stream
+  bool floor = false;  // --floor: time a plain copy of the same buffers in the same launch
   std::vector<TypeDesc> types;
   std::vector<OpDesc> ops;
 };
@@ -272,9 +279,11 @@ class Bench {
     const Shape shape = shapeFor(o_.coll, size, type.size, n);
     const int root = collRooted(o_.coll) ? o_.root : -1;
     HalfResult halves[2];
+    const double copyBefore = o_.floor ? timeCopies(shape.bytes) : 0.0;
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       halves[inPlace] = runHalf(shape, type, op, inPlace != 0);
     }
+    const double copyAfter = o_.floor ? timeCopies(shape.bytes) : 0.0;
     if (!printer_) return;
     std::printf("%12zu  %12zu  %8s  %6s  %6i", shape.bytes, shape.count, type.name, op.name, root);
     for (const HalfResult& h : halves) {
@@ -299,6 +308,12 @@ class Bench {
         j[p + "wrong"] = jsonWrong(halves[k].wrong);
       }
       j["ranks"] = n;
+      if (o_.floor) {
+        const double us = (copyBefore + copyAfter) / 2;
+        j["copy_us"] = us;
+        j["copy_gbps"] = us > 0 ? 2.0 * n * static_cast<double>(shape.bytes) / us / 1.0e3 : 0.0;
+        j["copy_change"] = copyAfter > 0 ? copyBefore / copyAfter : 0.0;
+      }
       std::printf("%s\n", j.dump().c_str());
     }
     std::fflush(stdout);
@@ -369,6 +384,20 @@ class Bench {
     bwSum_ += h.busbw;
     ++bwCount_;
     return h;
+  }
+
+  // --floor: microseconds per memcpy of `bytes` from this rank's send buffer into its receive
+  // buffer, every rank copying at once, over -n copies; the slowest rank's. The buffers keep data
+  // (the receive buffer then holds the send buffer's, which the next row prepares again).
+  double timeCopies(size_t bytes) {
+    comm_.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) std::memcpy(recv_.data(), send_.data(), bytes);
+    comm_.barrier();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                o_.iters;
+    comm_.allReduce(&us, &us, 1, chorus::DataType::Float64, chorus::ReduceOp::Max);
+    return us;
   }
 
   // --memory cuda: the prepared host buffers to the device; the results back (after the stream).
@@ -510,6 +539,9 @@ int main(int argc, char** argv) {
                  "(default float)");
   app.add_option("-r,--root", o.root, "root of broadcast and reduce (default 0)");
   app.add_flag("--json", o.json, "also print each row as a JSON object");
+  app.add_flag("--floor", o.floor,
+               "host memory: also time a memcpy of the same buffers by every rank at once (JSON copy_us, "
+               "copy_gbps, copy_change)");
   std::string memory = "host";
   app.add_option("--memory", memory,
                  "host, or cuda: device buffers, each rank on device rank % devices, calls on a stream")
@@ -532,6 +564,7 @@ int main(int argc, char** argv) {
     o.maxBytes = maxOpt->count() ? parseSize(maxText, "-e") : std::max(parseSize(maxText, "-e"), o.minBytes);
     o.stepBytes = parseSize(stepText, "-i");
     if (o.minBytes > o.maxBytes) throw UsageError("invalid sizes: minbytes > maxbytes");
+    if (o.floor && o.cuda) throw UsageError("--floor times host copies: not with --memory cuda");
     if (o.maxBytes > kMaxBufferBytes) throw UsageError("maxbytes above 1G (the largest buffer allowed)");
     if (o.stepFactor <= 1 && o.stepBytes == 0)
       throw UsageError("stepbytes must be > 0 without a step factor");

@@ -3,7 +3,9 @@
 Chorus alone, 2 ranks, 32K and 1M with --floor-from 1M. Checks that each round measured a floor
 before the 1M point (membw-local.jsonl: 2 lines of chorus-membw JSON), that every 1M measurement
 carries the floor of its round (measurements.csv), that results.csv holds the median of those
-floors and busbw / floor computed from them, and that the table shows %floor at 1M only.
+floors and busbw / floor computed from them, and that the table shows %floor at 1M only. And the
+floor timed in the launch itself (chorus-perf --floor): every 1M measurement carries its copy rate,
+results.csv their median and busbw / floor from them, the table %launch at 1M only.
 Usage: check_local_floor.py <python3> <bench/compare/run> <build dir> <scratch dir>"""
 import csv
 import json
@@ -42,6 +44,9 @@ small = [m for m in ms if m["size"] == str(32 << 10)]
 check(len(big) == 2 and all(float(m["floor_copy"]) > 0 and float(m["floor_memcpy"]) > 0 for m in big),
       "1M measurements without their round's floor: %s" % big)
 check(all(not m["floor_copy"] for m in small), "a 32K measurement carries a floor: %s" % small)
+check(all(float(m["launch_copy"]) > 0 and float(m["launch_copy_change"]) > 0 for m in big),
+      "1M measurements without the copy rate of their launch: %s" % big)
+check(all(not m["launch_copy"] for m in small), "a 32K launch timed a floor: %s" % small)
 with open(os.path.join(out, "results.csv"), newline="") as f:
     rows = {r["size"]: r for r in csv.DictReader(f)}
 r = rows[str(1 << 20)]
@@ -53,15 +58,24 @@ fracs = [float(m["busbw"]) / (float(m["floor_copy"]) / 4) for m in big]
 check(abs(float(r["local_floor_fraction"]) - statistics.median(fracs)) < 1e-3 * statistics.median(fracs),
       "local_floor_fraction %s is not the median of %s" % (r["local_floor_fraction"], fracs))
 check(rows[str(32 << 10)]["local_floor_fraction"] == "", "32K has a local floor fraction")
+launch = [float(m["launch_copy"]) for m in big]
+check(abs(float(r["launch_copy_gbps"]) - statistics.median(launch)) < 1e-3 * statistics.median(launch),
+      "launch_copy_gbps %s is not the median of %s" % (r["launch_copy_gbps"], launch))
+lfracs = [float(m["busbw"]) / (float(m["launch_copy"]) / 4) for m in big]
+check(abs(float(r["launch_floor_fraction"]) - statistics.median(lfracs)) < 1e-3 * statistics.median(lfracs),
+      "launch_floor_fraction %s is not the median of %s" % (r["launch_floor_fraction"], lfracs))
+check(rows[str(32 << 10)]["launch_floor_fraction"] == "", "32K has a launch floor fraction")
 with open(os.path.join(out, "table.txt")) as f:
     table = f.read()
 check("measured again before every point from 1M in every round" in table, "no local floor line in table.txt")
 lines = [l.split() for l in table.splitlines()]
 row_1m = [l for l in lines if l and l[0] == "1M"]
 row_32k = [l for l in lines if l and l[0] == "32K"]
-check(row_1m and row_1m[0][-2].endswith("%") and row_1m[0][-1].endswith("%"), "1M row without %%floor: %s" % row_1m)
-check(row_32k and row_32k[0][-2:] == ["-", "-"], "32K row with a %%floor: %s" % row_32k)
+check(row_1m and all(c.rstrip("~").endswith("%") for c in row_1m[0][-3:]),
+      "1M row without %%launch, %%floor and %%memcpy: %s" % row_1m)
+check(row_32k and row_32k[0][-3:] == ["-", "-", "-"], "32K row with a floor fraction: %s" % row_32k)
+check("%launch" in table and "timed in the same launch" in table, "no %launch column or its legend")
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))
     sys.exit(1)
-print("local floor: 2 floors, each 1M measurement held against its own round's")
+print("local floor: 2 floors, each 1M measurement held against its own round's and its launch's")
