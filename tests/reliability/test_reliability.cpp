@@ -20,6 +20,7 @@
 #include <functional>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -469,7 +470,9 @@ TEST(ShmSetupFaults, KillDashNineInsideSetupUnderChorusrun_NothingLeft) {
 
 // A /dev/shm with room for 2 of 4 segments: the 2 ranks that do not fit fail with a message saying
 // so, the 2 that fit stop at once with that message (not after CHORUS_TIMEOUT, 30 s), and the
-// segments of those that fit are gone: the next job finds the same room.
+// segments of those that fit are gone: the next job finds the same room. Ranks reserve one after
+// another, so exactly 2 fail for room (not a third on another's partial reservation), and the free
+// space each names is less than it needed.
 TEST(ShmSetupFaults, DevShmTooSmallForSomeRanks_AllStopAtOnceNothingLeft) {
   TempDir dir("shm-ns");
   Env env = baseEnv();
@@ -491,7 +494,15 @@ TEST(ShmSetupFaults, DevShmTooSmallForSomeRanks_AllStopAtOnceNothingLeft) {
     EXPECT_NE(rep->result, chorusSuccess) << rep->message;
     EXPECT_LT(rep->elapsedMs, 5000) << "waited for a rank that had failed: " << rep->message;
     EXPECT_TRUE(contains(rep->message, "/dev/shm")) << rep->message;
-    if (rep->result == chorusSystemError) ++tooSmall;
+    if (rep->result == chorusSystemError) {
+      ++tooSmall;
+      static const std::regex kFigures(
+          R"(needs ([0-9.]+) MiB but /dev/shm is full .*; ([0-9.]+) MiB free now)");
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(rep->message, m, kFigures)) << rep->message;
+      EXPECT_LT(std::stod(m[2].str()), std::stod(m[1].str()))
+          << "failed with room to spare: " << rep->message;
+    }
   }
   EXPECT_EQ(reports, 4) << out;
   EXPECT_EQ(tooSmall, 2) << "two segments fit, two do not: " << out;

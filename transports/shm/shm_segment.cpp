@@ -1,12 +1,15 @@
 #include "transports/shm/shm_segment.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "base/error.hpp"
@@ -19,6 +22,42 @@ size_t shmFreeBytes() {
   return static_cast<size_t>(st.f_bavail) * static_cast<size_t>(st.f_frsize);
 }
 
+namespace {
+
+// Holds an exclusive flock on the /dev/shm directory while a segment reserves its pages, so that
+// ranks creating segments at once reserve one after another: without it, several partial
+// reservations can fill a /dev/shm that has room for some of them, and more ranks fail than must
+// (each one then reports more free space than it needed, as the others gave theirs back). The lock
+// is released when the process dies. Waits at most kLockWait; past that (a holder that is stuck in
+// the kernel) the reservation goes ahead unserialised, which is only less exact, never wrong.
+class ShmReserveLock {
+ public:
+  ShmReserveLock() {
+    fd_ = ::open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + kLockWait;
+    while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+        close(fd_);
+        fd_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  ~ShmReserveLock() {
+    if (fd_ >= 0) close(fd_);  // closing the last descriptor releases the flock
+  }
+  ShmReserveLock(const ShmReserveLock&) = delete;
+  ShmReserveLock& operator=(const ShmReserveLock&) = delete;
+
+ private:
+  static constexpr std::chrono::seconds kLockWait{5};
+  int fd_ = -1;
+};
+
+}  // namespace
+
 ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) failSystem(strCat("shm_open(", name, ", O_CREAT|O_EXCL)"));
@@ -26,16 +65,24 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
   seg.name_ = name;
   seg.owner_ = true;
   // posix_fallocate really reserves tmpfs pages: ENOSPC surfaces now, not as SIGBUS on first touch.
-  // The reservation alone decides (no free-space check first): ranks reserving at once see each
-  // other's partial reservations, which a failing one gives back.
-  int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  // The reservation alone decides (no free-space check first); ranks take turns (ShmReserveLock) so
+  // that none fails on another's partial reservation that is given back a moment later.
+  int rc = 0;
+  size_t freeAfterFailure = 0;
+  {
+    ShmReserveLock turn;
+    rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (rc != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      freeAfterFailure = shmFreeBytes();  // still in our turn: what the failed reservation gave back
+    }
+  }
   if (rc != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
     if (rc == ENOSPC) {
       fail(chorusSystemError,
            strCat("shared memory segment ", name, " needs ", formatBytes(bytes), " but /dev/shm is full (",
-                  errnoText(rc), "; ", formatBytes(shmFreeBytes()),
+                  errnoText(rc), "; ", formatBytes(freeAfterFailure),
                   " free now); enlarge /dev/shm (docker: --shm-size) or lower CHORUS_SHM_STAGE_BYTES / "
                   "CHORUS_SHM_FIFO_BYTES"));
     }
