@@ -134,6 +134,8 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
     if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
   }
   if (other >= 0) callMismatch(other);
+  // Every peer has read this rank's other slot (each published this message after its last call).
+  group_.llPrepare(slot ^ 1, bytes);
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,

@@ -150,6 +150,10 @@ class ShmGroup final : public Transport {
   bool llArrived(int r, int slot, uint64_t seq, size_t bytes) const;
   /// Copies the payload of rank r's slot (call after llArrived returned true); returns its call word.
   uint64_t llCopy(int r, int slot, void* out, size_t bytes) const;
+  /// Asks for this rank's lines of `slot` that a message of `bytes` uses in the exclusive state
+  /// ahead of the next llPublish into it, where that pays (call once every peer has read the
+  /// slot's last message). A hint: it changes no data.
+  void llPrepare(int slot, size_t bytes) const;
 
   /// Publishes where this rank's buffers of exchange `seq` live (release: a peer that reads `seq`
   /// in the slot sees the rest). Two slots by seq parity: a rank publishes exchange seq + 2 only
