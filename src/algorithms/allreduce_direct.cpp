@@ -3,6 +3,7 @@
 // copies every reduced slice out. One synchronisation per chunk and one more per call (pipelined:
 // chunk i is copied out after the synchronisation that follows chunk i+1's staging); per rank,
 // (n-1)/n of the chunk copied in, n/n reduced from n sources, the whole chunk copied out.
+#include <array>
 #include <optional>
 #include <utility>
 
@@ -160,12 +161,16 @@ void allReduceLowLatency(Context& ctx, const Op& op) {
   const size_t elem = dataTypeSize(op.type);
   const size_t chunk = engine::ShmSync::llCapacity() / elem;
   std::byte* gathered = ctx.scratch(static_cast<size_t>(n) * chunk * elem);
-  std::vector<const void*> srcs(static_cast<size_t>(n));
+  // The sources' addresses on the stack up to 64 ranks: no allocation on the latency path.
+  constexpr int kOnStack = 64;
+  std::array<const void*, kOnStack> few;
+  std::vector<const void*> many(n > kOnStack ? static_cast<size_t>(n) : 0);
+  const void** srcs = n > kOnStack ? many.data() : few.data();
   for (size_t off = 0; off < op.count; off += chunk) {
     const size_t ce = std::min(chunk, op.count - off), bytes = ce * elem;
     shared(ctx).llGather(at(op.send, off, elem), bytes, gathered);
-    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = gathered + static_cast<size_t>(k) * bytes;
-    kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
+    for (int k = 0; k < n; ++k) srcs[k] = gathered + static_cast<size_t>(k) * bytes;
+    kernels::reduce(at(op.recv, off, elem), srcs, n, ce, op.type, op.op, avgDivisor(op, n));
   }
 }
 

@@ -38,7 +38,7 @@ void prepare(CommImpl& impl, Op& op) {
   op.timeout = impl.callTimeout();
 }
 
-void run(const std::shared_ptr<CommImpl>& impl, Op op, void* stream) {
+void run(const std::shared_ptr<CommImpl>& impl, Op&& op, void* stream) {
   if (stream != nullptr) {
     live(impl);  // throws for a moved-from Communicator (the C API has checked its handle already)
     device::enqueue(impl, std::move(op), stream);
@@ -47,7 +47,7 @@ void run(const std::shared_ptr<CommImpl>& impl, Op op, void* stream) {
   }
 }
 
-void runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
+void runBlocking(const std::shared_ptr<CommImpl>& impl, Op&& op) {
   CommImpl& c = live(impl);
   prepare(c, op);
   if (group::active()) {
@@ -58,7 +58,7 @@ void runBlocking(const std::shared_ptr<CommImpl>& impl, Op op) {
   c.runInTurn(op);
 }
 
-Work runAsync(const std::shared_ptr<CommImpl>& impl, Op op) {
+Work runAsync(const std::shared_ptr<CommImpl>& impl, Op&& op) {
   CommImpl& c = live(impl);
   prepare(c, op);
   if (group::active())

@@ -16,16 +16,7 @@ class CommImpl;
 namespace api {
 inline Op makeOp(OpKind kind, const void* send, void* recv, size_t count, DataType type,
                  ReduceOp op = ReduceOp::Sum, int root = -1, int peer = -1) {
-  Op o;
-  o.kind = kind;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.type = type;
-  o.op = op;
-  o.root = root;
-  o.peer = peer;
-  return o;
+  return Op{kind, send, recv, count, type, op, root, peer};
 }
 /// An AllToAllv, with copies of the counts and displacements (one per rank each).
 Op makeAllToAllv(const void* send, std::span<const size_t> sendCounts, std::span<const size_t> sendDispls,
@@ -38,14 +29,14 @@ CommImpl& live(const std::shared_ptr<CommImpl>& impl);
 void prepare(CommImpl& impl, Op& op);
 /// With a stream (a cudaStream_t): device buffers, enqueued on it (core/device.hpp). Without (null):
 /// host buffers, as runBlocking. Throws on failure.
-void run(const std::shared_ptr<CommImpl>& impl, Op op, void* stream);
+void run(const std::shared_ptr<CommImpl>& impl, Op&& op, void* stream);
 /// Validates, then queues into the current group or runs to completion; throws on failure.
-void runBlocking(const std::shared_ptr<CommImpl>& impl, Op op);
+void runBlocking(const std::shared_ptr<CommImpl>& impl, Op&& op);
 /// The error that broke the communicator, else the one a device kernel reported (its text then
 /// becomes the communicator's last error), else chorusSuccess.
 chorusResult_t asyncError(CommImpl& impl);
 /// Validates, then starts asynchronously.
-Work runAsync(const std::shared_ptr<CommImpl>& impl, Op op);
+Work runAsync(const std::shared_ptr<CommImpl>& impl, Op&& op);
 /// Split and shrink, refused inside a group ("<call> cannot be called inside a group"); split also
 /// refuses a communicator that is no longer usable. Null from split where this rank's color is
 /// undefined.

@@ -268,7 +268,15 @@ void CommImpl::executeCollective(const Op& op) {
   curOp_ = &op;
   curAlgo_ = algorithm->name;
   if (FlightEntry* e = flight_.begin(opStart_)) {
-    *e = FlightEntry{collSeq_, op.kind, op.count, op.type, op.op, op.root, algorithm->name, opStart_};
+    // Field by field: a whole-struct assignment went through a stack temporary whose narrow stores
+    // the wide reloads could not forward from (two stalls a call on the latency path).
+    e->seq = collSeq_;
+    e->kind = op.kind;
+    e->count = op.count;
+    e->type = op.type;
+    e->op = op.op;
+    e->root = op.root;
+    e->algorithm = algorithm->name;
   }
   if (shmSync_) {
     shmSync_->beginCall(call_, callHash_, tag_, op.kind);

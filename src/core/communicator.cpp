@@ -87,7 +87,7 @@ void Communicator::recv(void* buf, size_t count, DataType type, int peer) {
 }
 // Device buffers: the same operations, enqueued on a stream (a null one: host buffers).
 namespace {
-void onStream(const std::shared_ptr<CommImpl>& impl, Op op, CudaStream stream) {
+void onStream(const std::shared_ptr<CommImpl>& impl, Op&& op, CudaStream stream) {
   api::run(impl, std::move(op), stream.handle);
 }
 }  // namespace

@@ -21,7 +21,7 @@ FlightEntry* FlightRecorder::begin(std::chrono::steady_clock::time_point now) {
   FlightEntry* e = &ring_[next_];
   *e = FlightEntry{};
   e->start = now;
-  next_ = (next_ + 1) % ring_.size();
+  if (++next_ == ring_.size()) next_ = 0;
   if (filled_ < ring_.size()) ++filled_;
   open_ = e;
   return e;

@@ -3,6 +3,7 @@
 // (no hand-off latency); asynchronous ones run on one worker thread, started on first use.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -50,10 +51,18 @@ class OpQueue {
   };
   void workerLoop();
 
+  // Wakes every thread waiting on cv_, if any (sleepers_ counts them): a blocking call whose turn
+  // came at once neither waited nor wakes anyone, and takes no lock (Turn).
+  void wakeSleepers();
+
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t nextTicket_ = 0;
-  uint64_t serving_ = 0;
+  // Tickets are taken and served without the lock; a thread that must wait sleeps on cv_ under mu_
+  // after counting itself in sleepers_. Seq_cst on both sides: a thread serving the next ticket
+  // either sees the sleeper or the sleeper sees the new ticket before it sleeps.
+  std::atomic<uint64_t> nextTicket_{0};
+  std::atomic<uint64_t> serving_{0};
+  std::atomic<int> sleepers_{0};
   std::deque<Posted> queue_;
   std::thread worker_;
   bool stop_ = false;

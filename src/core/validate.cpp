@@ -18,11 +18,13 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
 // count * k * elemSize, or a clear error if it does not fit.
 size_t checkedBytes(size_t count, size_t k, size_t elem, const char* call) {
   constexpr size_t kMax = size_t{1} << 47;  // the pipe framing carries 48-bit lengths
-  if (count != 0 && (k > kMax / count || count * k > kMax / elem)) {
+  size_t elems = 0, bytes = 0;              // overflow tests, not divisions: this runs on every call
+  if (__builtin_mul_overflow(count, k, &elems) || __builtin_mul_overflow(elems, elem, &bytes) ||
+      bytes > kMax) {
     failInvalid(call, ": count ", count, (k > 1 ? strCat(" x ", k, " ranks") : std::string()), " x ", elem,
                 " bytes overflows the largest supported message (", kMax, " bytes)");
   }
-  return count * k * elem;
+  return bytes;
 }
 
 }  // namespace
