@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "algorithms/cost_model.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -46,15 +48,53 @@ const Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vecto
   fail(chorusInternalError, strCat("no algorithm for ", opKindName(op.kind)));
 }
 
+namespace {
+
+// The bytes inside [lo, hi] where a rule of `kind` among `rules` starts or stops applying (a
+// message of at least that many bytes falls on the other side), added to `cuts`.
+void addCuts(OpKind kind, size_t lo, size_t hi, const std::vector<Rule>& rules, std::vector<size_t>& cuts) {
+  for (const Rule& r : rules) {
+    if (r.kind != kind) continue;
+    if (r.lo > lo && r.lo <= hi) cuts.push_back(r.lo);
+    if (r.hi >= lo && r.hi < hi) cuts.push_back(r.hi + 1);
+  }
+}
+
+}  // namespace
+
 const Algorithm& Selector::choose(const Op& op, bool haveShm, const algo::CostModel* model) {
   const size_t bytes = op.messageBytes();
   const int sizeClass = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
   const auto key = std::make_tuple(static_cast<int>(op.kind), sizeClass, static_cast<int>(op.type));
-  if (auto it = decisions_.find(key); it != decisions_.end()) return *it->second;
+  auto it = decisions_.find(key);
+  if (it == decisions_.end()) {
+    // A class's messages share one decision unless a rule's bound falls inside it (the default
+    // 1 KiB and 16 KiB bounds are inclusive, so they do; so can CHORUS_ALGO's): then each part
+    // between the bounds gets its own, so that every size gets exactly what its rules say.
+    const size_t lo = sizeClass ? size_t{1} << (sizeClass - 1) : 0;
+    const size_t hi = sizeClass ? (sizeClass == 64 ? SIZE_MAX : (size_t{1} << sizeClass) - 1) : 0;
+    Decision d;
+    addCuts(op.kind, lo, hi, rules_, d.cuts);
+    if (haveShm || model == nullptr)
+      addCuts(op.kind, lo, hi, defaultRules(haveShm), d.cuts);  // else the model
+    std::sort(d.cuts.begin(), d.cuts.end());
+    d.cuts.erase(std::unique(d.cuts.begin(), d.cuts.end()), d.cuts.end());
+    d.parts.assign(d.cuts.size() + 1, nullptr);
+    it = decisions_.emplace(key, std::move(d)).first;
+  }
+  Decision& d = it->second;
+  size_t part = 0;
+  while (part < d.cuts.size() && bytes >= d.cuts[part]) ++part;
+  if (const Algorithm* known = d.parts[part]) return *known;
   const Algorithm& a = select(op, nranks_, haveShm, rules_, model);
-  decisions_[key] = &a;
-  logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " up to ",
-          formatBytes(sizeClass ? (size_t{1} << sizeClass) - 1 : 0), " per rank -> ", a.name,
+  d.parts[part] = &a;
+  const size_t from = part ? d.cuts[part - 1] : (sizeClass ? size_t{1} << (sizeClass - 1) : 0);
+  const size_t to = part < d.cuts.size() ? d.cuts[part] - 1
+                    : sizeClass == 64    ? SIZE_MAX
+                    : sizeClass          ? (size_t{1} << sizeClass) - 1
+                                         : 0;
+  logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " ",
+          formatBytes(from), " to ", formatBytes(to), " per rank -> ", a.name,
           a.note && model ? a.note(*model, op, nranks_) : std::string(), " (", a.description, ")");
   return a;
 }

@@ -51,8 +51,9 @@ const algo::Algorithm* cheapest(const algo::CostModel& model, const Op& op, int 
 const algo::Algorithm& select(const Op& op, int nranks, bool haveShm, const std::vector<Rule>& rules,
                               const algo::CostModel* model = nullptr);
 
-/// A communicator's choices: select() cached per (collective, size class, datatype), each new
-/// decision logged once (CHORUS_DEBUG=INFO, subsystem TUNING).
+/// A communicator's choices: select() cached per (collective, power-of-two size class, datatype),
+/// each new decision logged once (CHORUS_DEBUG=INFO, subsystem TUNING). A class that a rule's
+/// bound splits keeps one decision per part, so that every size gets exactly what the rules say.
 class Selector {
  public:
   Selector() = default;
@@ -64,7 +65,13 @@ class Selector {
   std::vector<Rule> rules_;
   int rank_ = 0;
   int nranks_ = 1;
-  std::map<std::tuple<int, int, int>, const algo::Algorithm*> decisions_;
+  // Per class: the bytes where a rule's bound cuts it (usually none), and the decision for each
+  // part between them, made at its first message.
+  struct Decision {
+    std::vector<size_t> cuts;
+    std::vector<const algo::Algorithm*> parts;
+  };
+  std::map<std::tuple<int, int, int>, Decision> decisions_;
 };
 
 /// How a call on a CUDA stream runs (src/device).

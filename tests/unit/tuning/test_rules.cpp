@@ -186,6 +186,45 @@ TEST(Select, EveryRegistryEntryCanBeForced) {
   }
 }
 
+// A communicator's cached choices give every size what the rules say, also where a rule's bound
+// falls inside a power-of-two size class (1500 B lies in 1024-2047; the default 1 KiB bound is
+// inclusive, so 1024 and 1025 B share a class), whichever size comes first.
+TEST(Selector, ARuleBoundInsideASizeClassIsHonouredInBothOrders) {
+  for (bool smallFirst : {true, false}) {
+    SCOPED_TRACE(smallFirst ? "small first" : "large first");
+    tuning::Selector sel(tuning::parseRules("allreduce:0-1500:rd,allreduce:ring"), 0, 4);
+    auto pick = [&](size_t bytes) {
+      return std::string(sel.choose(opOf(OpKind::AllReduce, bytes, DataType::Uint8), true, nullptr).name);
+    };
+    for (int round = 0; round < 2; ++round) {  // the second round answers from the cache
+      if (smallFirst) {
+        EXPECT_EQ(pick(1500), "rd");
+        EXPECT_EQ(pick(1501), "ring");
+      } else {
+        EXPECT_EQ(pick(1501), "ring");
+        EXPECT_EQ(pick(1500), "rd");
+      }
+      EXPECT_EQ(pick(1024), "rd");
+      EXPECT_EQ(pick(4096), "ring");
+    }
+    tuning::Selector byDefault({}, 0, 2);
+    auto dflt = [&](size_t bytes) {
+      return std::string(
+          byDefault.choose(opOf(OpKind::AllReduce, bytes, DataType::Uint8), true, nullptr).name);
+    };
+    if (smallFirst) {
+      EXPECT_EQ(dflt(1024), "ll");
+      EXPECT_EQ(dflt(1025), "oneshot");
+    } else {
+      EXPECT_EQ(dflt(1025), "oneshot");
+      EXPECT_EQ(dflt(1024), "ll");
+    }
+    EXPECT_EQ(dflt(16384), "oneshot");
+    EXPECT_EQ(dflt(16385), "direct");
+    EXPECT_EQ(dflt(1024), "ll");
+  }
+}
+
 // The default choice is data in the CHORUS_ALGO grammar: its boundaries (inclusive upper bounds)
 // as the size rules measured on real machines put them, and an algorithm for every collective.
 TEST(Select, DefaultRulesAreTheBuiltInSizeRules) {
