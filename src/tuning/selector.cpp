@@ -66,13 +66,13 @@ const Algorithm& Selector::choose(const Op& op, bool haveShm, const algo::CostMo
   const size_t bytes = op.messageBytes();
   const int sizeClass = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
   const auto key = std::make_tuple(static_cast<int>(op.kind), sizeClass, static_cast<int>(op.type));
+  const size_t lo = sizeClass ? size_t{1} << (sizeClass - 1) : 0;  // the class: [lo, hi] bytes
+  const size_t hi = sizeClass ? (sizeClass == 64 ? SIZE_MAX : (size_t{1} << sizeClass) - 1) : 0;
   auto it = decisions_.find(key);
   if (it == decisions_.end()) {
     // A class's messages share one decision unless a rule's bound falls inside it (the default
     // 1 KiB and 16 KiB bounds are inclusive, so they do; so can CHORUS_ALGO's): then each part
     // between the bounds gets its own, so that every size gets exactly what its rules say.
-    const size_t lo = sizeClass ? size_t{1} << (sizeClass - 1) : 0;
-    const size_t hi = sizeClass ? (sizeClass == 64 ? SIZE_MAX : (size_t{1} << sizeClass) - 1) : 0;
     Decision d;
     addCuts(op.kind, lo, hi, rules_, d.cuts);
     if (haveShm || model == nullptr)
@@ -88,11 +88,8 @@ const Algorithm& Selector::choose(const Op& op, bool haveShm, const algo::CostMo
   if (const Algorithm* known = d.parts[part]) return *known;
   const Algorithm& a = select(op, nranks_, haveShm, rules_, model);
   d.parts[part] = &a;
-  const size_t from = part ? d.cuts[part - 1] : (sizeClass ? size_t{1} << (sizeClass - 1) : 0);
-  const size_t to = part < d.cuts.size() ? d.cuts[part] - 1
-                    : sizeClass == 64    ? SIZE_MAX
-                    : sizeClass          ? (size_t{1} << sizeClass) - 1
-                                         : 0;
+  const size_t from = part ? d.cuts[part - 1] : lo;
+  const size_t to = part < d.cuts.size() ? d.cuts[part] - 1 : hi;
   logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " ",
           formatBytes(from), " to ", formatBytes(to), " per rank -> ", a.name,
           a.note && model ? a.note(*model, op, nranks_) : std::string(), " (", a.description, ")");
