@@ -90,8 +90,8 @@ void allToAllPairwise(Context& ctx, const Op& op) {
 }
 
 void allToAllvPairwise(Context& ctx, const Op& op) {
-  pairwise(ctx, op, op.send, op.sendCounts.data(), op.sendDispls.data(), op.recvCounts.data(),
-           op.recvDispls.data());
+  pairwise(ctx, op, op.send, op.sendCounts().data(), op.sendDispls().data(), op.recvCounts().data(),
+           op.recvDispls().data());
 }
 
 // Every pair exchanges its blocks, all progressed together.

@@ -52,8 +52,8 @@ std::pair<size_t, size_t> Op::bufferBytes(int rank, int nranks) const {
     case OpKind::AllToAllv: {
       size_t in = 0, out = 0;
       for (size_t r = 0; r < N; ++r) {  // an empty block's displacement is never used
-        if (sendCounts[r] > 0) in = std::max(in, (sendDispls[r] + sendCounts[r]) * e);
-        if (recvCounts[r] > 0) out = std::max(out, (recvDispls[r] + recvCounts[r]) * e);
+        if (sendCounts()[r] > 0) in = std::max(in, (sendDispls()[r] + sendCounts()[r]) * e);
+        if (recvCounts()[r] > 0) out = std::max(out, (recvDispls()[r] + recvCounts()[r]) * e);
       }
       return {in, out};
     }

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -30,6 +32,11 @@ constexpr bool isReducing(OpKind k) {
   return k == OpKind::AllReduce || k == OpKind::ReduceScatter || k == OpKind::Reduce;
 }
 
+/// An AllToAllv's counts and displacements, in elements, one per rank each.
+struct AllToAllvLayout {
+  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;
+};
+
 struct Op {
   OpKind kind = OpKind::Barrier;
   const void* send = nullptr;
@@ -40,10 +47,24 @@ struct Op {
   ReduceOp op = ReduceOp::Sum;
   int root = -1;
   int peer = -1;
-  std::vector<size_t> sendCounts, sendDispls, recvCounts, recvDispls;  // AllToAllv only
+  /// AllToAllv only: the counts and displacements, fixed once the call is made. Behind one pointer
+  /// so that every other call's Op stays small (it is built, zeroed and passed on every call).
+  std::shared_ptr<const AllToAllvLayout> layout;
   /// Deadline for this call's waits (Communicator::setTimeout when it was issued); 0: Config::timeout.
   std::chrono::milliseconds timeout{0};
 
+  std::span<const size_t> sendCounts() const {
+    return layout ? layout->sendCounts : std::span<const size_t>();
+  }
+  std::span<const size_t> sendDispls() const {
+    return layout ? layout->sendDispls : std::span<const size_t>();
+  }
+  std::span<const size_t> recvCounts() const {
+    return layout ? layout->recvCounts : std::span<const size_t>();
+  }
+  std::span<const size_t> recvDispls() const {
+    return layout ? layout->recvDispls : std::span<const size_t>();
+  }
   bool isPointToPoint() const { return kind == OpKind::Send || kind == OpKind::Recv; }
   /// Bytes one rank contributes (the size used to pick an algorithm).
   size_t messageBytes() const { return count * dataTypeSize(type); }

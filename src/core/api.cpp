@@ -21,10 +21,12 @@ Op makeAllToAllv(const void* send, std::span<const size_t> sendCounts, std::span
                  void* recv, std::span<const size_t> recvCounts, std::span<const size_t> recvDispls,
                  DataType type) {
   Op o = makeOp(OpKind::AllToAllv, send, recv, 0, type);
-  o.sendCounts.assign(sendCounts.begin(), sendCounts.end());
-  o.sendDispls.assign(sendDispls.begin(), sendDispls.end());
-  o.recvCounts.assign(recvCounts.begin(), recvCounts.end());
-  o.recvDispls.assign(recvDispls.begin(), recvDispls.end());
+  auto layout = std::make_shared<AllToAllvLayout>();
+  layout->sendCounts.assign(sendCounts.begin(), sendCounts.end());
+  layout->sendDispls.assign(sendDispls.begin(), sendDispls.end());
+  layout->recvCounts.assign(recvCounts.begin(), recvCounts.end());
+  layout->recvDispls.assign(recvDispls.begin(), recvDispls.end());
+  o.layout = std::move(layout);
   return o;
 }
 

@@ -158,8 +158,8 @@ std::string CommImpl::callWhat(const Op& op, uint64_t seq, const char* algorithm
   std::string size = strCat(op.count, " x ", dataTypeName(op.type));
   if (op.kind == OpKind::AllToAllv) {  // its count is 0: the counts are per peer
     size_t sent = 0, received = 0;
-    for (size_t c : op.sendCounts) sent += c;
-    for (size_t c : op.recvCounts) received += c;
+    for (size_t c : op.sendCounts()) sent += c;
+    for (size_t c : op.recvCounts()) received += c;
     size = strCat(sent, " x ", dataTypeName(op.type), " sent, ", received, " received");
   }
   return strCat(opKindName(op.kind), " #", seq, " (", size,
@@ -233,11 +233,11 @@ void CommImpl::executeLocally(const Op& op) {
   size_t bytes = op.messageBytes();
   switch (op.kind) {
     case OpKind::AllToAllv:
-      if (op.sendCounts[0]) {
+      if (op.sendCounts()[0]) {
         size_t elem = dataTypeSize(op.type);
-        std::memmove(static_cast<std::byte*>(op.recv) + op.recvDispls[0] * elem,
-                     static_cast<const std::byte*>(op.send) + op.sendDispls[0] * elem,
-                     op.sendCounts[0] * elem);
+        std::memmove(static_cast<std::byte*>(op.recv) + op.recvDispls()[0] * elem,
+                     static_cast<const std::byte*>(op.send) + op.sendDispls()[0] * elem,
+                     op.sendCounts()[0] * elem);
       }
       return;
     case OpKind::Barrier:
@@ -261,7 +261,7 @@ void CommImpl::executeCollective(const Op& op) {
     executeLocally(op);
     return;
   }
-  if (op.kind == OpKind::AllToAllv && op.sendCounts.size() != static_cast<size_t>(size_)) {
+  if (op.kind == OpKind::AllToAllv && op.sendCounts().size() != static_cast<size_t>(size_)) {
     fail(chorusInternalError, "alltoallv without counts reached the engine");
   }
   const algo::Algorithm* algorithm = &selector_.choose(op, sharedMemory() != nullptr, model_.get());

@@ -97,16 +97,16 @@ void validateOp(const Op& op, int rank, int size) {
       break;
     }
     case OpKind::AllToAllv: {
-      if (op.sendCounts.size() != n || op.sendDispls.size() != n || op.recvCounts.size() != n ||
-          op.recvDispls.size() != n) {
+      if (op.sendCounts().size() != n || op.sendDispls().size() != n || op.recvCounts().size() != n ||
+          op.recvDispls().size() != n) {
         failInvalid(where(), ": counts and displacements must each have ", n, " entries");
       }
       size_t sMax = 0, rMax = 0;
       for (size_t j = 0; j < n; ++j) {
-        size_t se = checkedBytes(op.sendCounts[j], 1, elem, call),
-               re = checkedBytes(op.recvCounts[j], 1, elem, call);
-        size_t sd = checkedBytes(op.sendDispls[j], 1, elem, call),
-               rd = checkedBytes(op.recvDispls[j], 1, elem, call);
+        size_t se = checkedBytes(op.sendCounts()[j], 1, elem, call),
+               re = checkedBytes(op.recvCounts()[j], 1, elem, call);
+        size_t sd = checkedBytes(op.sendDispls()[j], 1, elem, call),
+               rd = checkedBytes(op.recvDispls()[j], 1, elem, call);
         if (se) sMax = std::max(sMax, sd + se);
         if (re) rMax = std::max(rMax, rd + re);
       }

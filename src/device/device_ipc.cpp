@@ -155,17 +155,14 @@ void DeviceComm::allToAllv(CommImpl& comm, const Op& op, cudaStream_t stream) {
     Op send = op, recv = op;  // an empty block's buffer and displacement are never used
     send.kind = OpKind::Send;
     send.peer = q;
-    send.count = op.sendCounts[Q];
-    if (send.count > 0) send.send = static_cast<const std::byte*>(op.send) + op.sendDispls[Q] * e;
+    send.count = op.sendCounts()[Q];
+    if (send.count > 0) send.send = static_cast<const std::byte*>(op.send) + op.sendDispls()[Q] * e;
     recv.kind = OpKind::Recv;
     recv.peer = q;
-    recv.count = op.recvCounts[Q];
-    if (recv.count > 0) recv.recv = static_cast<std::byte*>(op.recv) + op.recvDispls[Q] * e;
+    recv.count = op.recvCounts()[Q];
+    if (recv.count > 0) recv.recv = static_cast<std::byte*>(op.recv) + op.recvDispls()[Q] * e;
     for (Op* o : {&send, &recv}) {
-      o->sendCounts.clear();
-      o->sendDispls.clear();
-      o->recvCounts.clear();
-      o->recvDispls.clear();
+      o->layout.reset();
       if (o->count > 0) list.emplace_back(std::move(*o), stream);
     }
   }

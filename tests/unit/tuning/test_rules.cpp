@@ -493,16 +493,13 @@ TEST(DevicePath, PointToPointAndAllToAllv) {
   Op v;
   v.kind = OpKind::AllToAllv;
   v.type = DataType::Float32;
-  v.sendCounts = {0, 0};
-  v.sendDispls = {0, 0};
-  v.recvCounts = {0, 3};
-  v.recvDispls = {0, 1};
+  v.layout = std::make_shared<AllToAllvLayout>(AllToAllvLayout{{0, 0}, {0, 0}, {0, 3}, {0, 1}});
   Asked onlyRecv;
   onlyRecv.sendOnDevice = false;
   EXPECT_EQ(tuning::devicePath(v, 0, 2, p2p, onlyRecv.check()), tuning::DevicePath::AllToAllvKernel);
   EXPECT_EQ(onlyRecv.calls, (std::vector<bool>{false}));
   EXPECT_EQ(v.bufferBytes(0, 2), (std::pair<size_t, size_t>{0, 16}));
-  v.recvCounts = {0, 0};
+  v.layout = std::make_shared<AllToAllvLayout>(AllToAllvLayout{{0, 0}, {0, 0}, {0, 0}, {0, 1}});
   EXPECT_EQ(tuning::devicePath(v, 0, 2, p2p, Asked{}.check()), tuning::DevicePath::Nothing);
 }
 
