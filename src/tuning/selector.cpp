@@ -64,6 +64,9 @@ void addCuts(OpKind kind, size_t lo, size_t hi, const std::vector<Rule>& rules, 
 
 const Algorithm& Selector::choose(const Op& op, bool haveShm, const algo::CostModel* model) {
   const size_t bytes = op.messageBytes();
+  // The same call as the last one (a training or serving loop repeats its calls): no map lookup.
+  if (last_ && op.kind == lastKind_ && op.type == lastType_ && bytes == lastBytes_ && haveShm == lastShm_)
+    return *last_;
   const int sizeClass = bytes == 0 ? 0 : 64 - __builtin_clzll(bytes);
   const auto key = std::make_tuple(static_cast<int>(op.kind), sizeClass, static_cast<int>(op.type));
   const size_t lo = sizeClass ? size_t{1} << (sizeClass - 1) : 0;  // the class: [lo, hi] bytes
@@ -85,11 +88,20 @@ const Algorithm& Selector::choose(const Op& op, bool haveShm, const algo::CostMo
   Decision& d = it->second;
   size_t part = 0;
   while (part < d.cuts.size() && bytes >= d.cuts[part]) ++part;
-  if (const Algorithm* known = d.parts[part]) return *known;
+  if (!d.parts[part])
+    d.parts[part] = &decide(op, haveShm, model, part ? d.cuts[part - 1] : lo,
+                            part < d.cuts.size() ? d.cuts[part] - 1 : hi);
+  last_ = d.parts[part];
+  lastKind_ = op.kind;
+  lastType_ = op.type;
+  lastBytes_ = bytes;
+  lastShm_ = haveShm;
+  return *last_;
+}
+
+const Algorithm& Selector::decide(const Op& op, bool haveShm, const algo::CostModel* model, size_t from,
+                                  size_t to) {
   const Algorithm& a = select(op, nranks_, haveShm, rules_, model);
-  d.parts[part] = &a;
-  const size_t from = part ? d.cuts[part - 1] : lo;
-  const size_t to = part < d.cuts.size() ? d.cuts[part] - 1 : hi;
   logInfo(Subsys::Tuning, "rank ", rank_, ": ", opKindName(op.kind), " ", dataTypeName(op.type), " ",
           formatBytes(from), " to ", formatBytes(to), " per rank -> ", a.name,
           a.note && model ? a.note(*model, op, nranks_) : std::string(), " (", a.description, ")");

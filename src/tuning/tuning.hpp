@@ -72,6 +72,15 @@ class Selector {
     std::vector<const algo::Algorithm*> parts;
   };
   std::map<std::tuple<int, int, int>, Decision> decisions_;
+  // The last call's decision and what it was for.
+  const algo::Algorithm* last_ = nullptr;
+  OpKind lastKind_ = OpKind::Barrier;
+  DataType lastType_ = DataType::Uint8;
+  size_t lastBytes_ = 0;
+  bool lastShm_ = false;
+  // select() for a part [from, to] of a class met for the first time, logged.
+  const algo::Algorithm& decide(const Op& op, bool haveShm, const algo::CostModel* model, size_t from,
+                                size_t to);
 };
 
 /// How a call on a CUDA stream runs (src/device).
