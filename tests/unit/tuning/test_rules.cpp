@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -190,39 +191,22 @@ TEST(Select, EveryRegistryEntryCanBeForced) {
 // falls inside a power-of-two size class (1500 B lies in 1024-2047; the default 1 KiB bound is
 // inclusive, so 1024 and 1025 B share a class), whichever size comes first.
 TEST(Selector, ARuleBoundInsideASizeClassIsHonouredInBothOrders) {
-  for (bool smallFirst : {true, false}) {
-    SCOPED_TRACE(smallFirst ? "small first" : "large first");
-    tuning::Selector sel(tuning::parseRules("allreduce:0-1500:rd,allreduce:ring"), 0, 4);
-    auto pick = [&](size_t bytes) {
-      return std::string(sel.choose(opOf(OpKind::AllReduce, bytes, DataType::Uint8), true, nullptr).name);
-    };
-    for (int round = 0; round < 2; ++round) {  // the second round answers from the cache
-      if (smallFirst) {
-        EXPECT_EQ(pick(1500), "rd");
-        EXPECT_EQ(pick(1501), "ring");
-      } else {
-        EXPECT_EQ(pick(1501), "ring");
-        EXPECT_EQ(pick(1500), "rd");
+  using Expect = std::vector<std::pair<size_t, std::string>>;
+  // Asks a fresh selector for every size in order, twice (the second round answers from the cache).
+  auto check = [](const std::string& rules, int nranks, const Expect& inOrder) {
+    tuning::Selector sel(tuning::parseRules(rules), 0, nranks);
+    for (int round = 0; round < 2; ++round) {
+      for (const auto& [bytes, name] : inOrder) {
+        const Op op = opOf(OpKind::AllReduce, bytes, DataType::Uint8);
+        EXPECT_EQ(sel.choose(op, true, nullptr).name, name) << bytes << " B, round " << round;
       }
-      EXPECT_EQ(pick(1024), "rd");
-      EXPECT_EQ(pick(4096), "ring");
     }
-    tuning::Selector byDefault({}, 0, 2);
-    auto dflt = [&](size_t bytes) {
-      return std::string(
-          byDefault.choose(opOf(OpKind::AllReduce, bytes, DataType::Uint8), true, nullptr).name);
-    };
-    if (smallFirst) {
-      EXPECT_EQ(dflt(1024), "ll");
-      EXPECT_EQ(dflt(1025), "oneshot");
-    } else {
-      EXPECT_EQ(dflt(1025), "oneshot");
-      EXPECT_EQ(dflt(1024), "ll");
-    }
-    EXPECT_EQ(dflt(16384), "oneshot");
-    EXPECT_EQ(dflt(16385), "direct");
-    EXPECT_EQ(dflt(1024), "ll");
-  }
+  };
+  const std::string user = "allreduce:0-1500:rd,allreduce:ring";
+  check(user, 4, {{1500, "rd"}, {1501, "ring"}, {1024, "rd"}, {4096, "ring"}});
+  check(user, 4, {{1501, "ring"}, {1500, "rd"}, {1024, "rd"}, {4096, "ring"}});
+  check("", 2, {{1024, "ll"}, {1025, "oneshot"}, {16384, "oneshot"}, {16385, "direct"}});
+  check("", 2, {{1025, "oneshot"}, {1024, "ll"}, {16385, "direct"}, {16384, "oneshot"}});
 }
 
 // The default choice is data in the CHORUS_ALGO grammar: its boundaries (inclusive upper bounds)
