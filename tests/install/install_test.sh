@@ -8,6 +8,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
 test -e "$work/prefix/lib/libchorus.so.0" || { echo "missing versioned SONAME libchorus.so.0"; exit 1; }
+# Link-time optimised builds (CHORUS_LTO) install an archive of machine code only.
+if readelf -S -W "$work/prefix/lib/libchorus.a" | grep -q '\.gnu\.lto_'; then
+  echo "the installed libchorus.a holds GCC's LTO intermediate code"
+  exit 1
+fi
 cmake -S "$source_dir/examples/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/build" -j 2 >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/build/consumer"
