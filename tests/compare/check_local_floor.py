@@ -5,7 +5,8 @@ before the 1M point (membw-local.jsonl: 2 lines of chorus-membw JSON), that ever
 carries the floor of its round (measurements.csv), that results.csv holds the median of those
 floors and busbw / floor computed from them, and that the table shows %floor at 1M only. And the
 floor timed in the launch itself (chorus-perf --floor): every 1M measurement carries its copy rate,
-results.csv their median and busbw / floor from them, the table %launch at 1M only.
+results.csv their median and busbw / floor from them, the table %launch at 1M only. And every
+launch carries the cache-line round trip timed before and after it (the placement probe).
 Usage: check_local_floor.py <python3> <bench/compare/run> <build dir> <scratch dir>"""
 import csv
 import json
@@ -47,6 +48,9 @@ check(all(not m["floor_copy"] for m in small), "a 32K measurement carries a floo
 check(all(float(m["launch_copy"]) > 0 and float(m["launch_copy_change"]) > 0 for m in big),
       "1M measurements without the copy rate of their launch: %s" % big)
 check(all(not m["launch_copy"] for m in small), "a 32K launch timed a floor: %s" % small)
+# The placement probe around every launch: the cache-line round trip before and after, in ns.
+check(all(float(m["spin_before_ns"]) > 0 and float(m["spin_after_ns"]) > 0 for m in ms),
+      "a launch without its round trips: %s" % [(m["spin_before_ns"], m["spin_after_ns"]) for m in ms])
 with open(os.path.join(out, "results.csv"), newline="") as f:
     rows = {r["size"]: r for r in csv.DictReader(f)}
 r = rows[str(1 << 20)]
