@@ -360,6 +360,24 @@ struct ScaleFinish {
 
 #include "cpu/reduce_vec.hpp"  // a fragment of this file (see there), inside this namespace
 
+template <typename T>
+inline constexpr bool kFloat16 = std::is_same_v<T, Half>;
+
+// Op::vec(a, b), except for a float16 sum under AVX-512, which adds with a fused multiply-add
+// (a * 1 + b: one rounding of the same exact sum, so the same bits; which NaN comes out of a sum is
+// unspecified either way). On the EPYC (Zen 5) a float16 unit is bound by its conversions
+// (vcvtph2ps, vcvtps2ph), which issue on the same two ports as additions, while multiply-adds
+// issue on two others, idle here. (bfloat16 gained nothing measurable: docs/performance.md.)
+template <typename Op, bool kHalf, typename V>
+inline V combine(V a, V b) {
+#if CHORUS_KERNELS_VECTOR_AVX512
+  if constexpr (kHalf && std::is_same_v<Op, OpSum>) {  // accumulated in float32: V is __m512
+    return _mm512_fmadd_ps(a, _mm512_set1_ps(1.0f), b);
+  }
+#endif
+  return Op::vec(a, b);
+}
+
 // ---- Portable float16: chunks with a fast path ---------------------------------------------------
 // Without F16C the exact branch-free conversions above cost some twenty SSE2 instructions per
 // element. Most data are zeros and normal numbers, for which widening is a shift and an add and
@@ -445,6 +463,7 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
     static_assert(Vec<TB>::kUnit == U && Vec<TO>::kUnit == U);
     // Max/Min without a division return one of the (widened) operands: nothing to round.
     constexpr bool kExact = Op::kSelects && Fin::kIdentity;
+    constexpr bool kHalf = kFloat16<TO> || kFloat16<TA> || kFloat16<TB>;
     for (; i + 2 * U <= n; i += 2 * U) {
       typename Vec<TA>::V a0, a1, a2, a3;
       typename Vec<TB>::V b0, b1, b2, b3;
@@ -452,15 +471,18 @@ inline void binary(TO* d, const TA* a, const TB* b, size_t n, Fin fin) {
       Vec<TB>::load(b + i, b0, b1);
       Vec<TA>::load(a + i + U, a2, a3);
       Vec<TB>::load(b + i + U, b2, b3);
-      Vec<TO>::template store<kExact>(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
-      Vec<TO>::template store<kExact>(d + i + U, fin.vec(Op::vec(a2, b2)), fin.vec(Op::vec(a3, b3)));
+      Vec<TO>::template store<kExact>(d + i, fin.vec(combine<Op, kHalf>(a0, b0)),
+                                      fin.vec(combine<Op, kHalf>(a1, b1)));
+      Vec<TO>::template store<kExact>(d + i + U, fin.vec(combine<Op, kHalf>(a2, b2)),
+                                      fin.vec(combine<Op, kHalf>(a3, b3)));
     }
     if (i + U <= n) {
       typename Vec<TA>::V a0, a1;
       typename Vec<TB>::V b0, b1;
       Vec<TA>::load(a + i, a0, a1);
       Vec<TB>::load(b + i, b0, b1);
-      Vec<TO>::template store<kExact>(d + i, fin.vec(Op::vec(a0, b0)), fin.vec(Op::vec(a1, b1)));
+      Vec<TO>::template store<kExact>(d + i, fin.vec(combine<Op, kHalf>(a0, b0)),
+                                      fin.vec(combine<Op, kHalf>(a1, b1)));
       i += U;
     }
   }
@@ -519,8 +541,9 @@ __attribute__((noinline)) void accumulate3(Acc* acc, const T* s1, const T* s2, c
       Vec<T>::load(s1 + i, x0, x1);
       Vec<T>::load(s2 + i, y0, y1);
       Vec<T>::load(s3 + i, z0, z1);
-      Vec<Acc>::store(acc + i, Op::vec(Op::vec(Op::vec(a0, x0), y0), z0),
-                      Op::vec(Op::vec(Op::vec(a1, x1), y1), z1));
+      constexpr bool kHalf = kFloat16<T>;
+      Vec<Acc>::store(acc + i, combine<Op, kHalf>(combine<Op, kHalf>(combine<Op, kHalf>(a0, x0), y0), z0),
+                      combine<Op, kHalf>(combine<Op, kHalf>(combine<Op, kHalf>(a1, x1), y1), z1));
     }
   }
 #else
