@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/dispatch_internal.hpp"
+#include "cpu/reduce.hpp"
 
 namespace {
 
@@ -87,17 +88,17 @@ void benchCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes) {
   const void* src = buffer(0, bytes);
   void* dst = buffer(100, bytes);
   for (auto _ : state) {
-    impl->copy(dst, src, bytes);
+    impl->copy(dst, src, bytes, chorus::kernels::streamPages());
     benchmark::ClobberMemory();
   }
   setRate(state, 2 * bytes);
 }
 
-void benchStreamCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes) {
+void benchStreamCopy(benchmark::State& state, const KernelImpl* impl, size_t bytes, unsigned pages) {
   const void* src = buffer(0, bytes);
   void* dst = buffer(100, bytes);
   for (auto _ : state) {
-    impl->streamCopy(dst, src, bytes);
+    impl->streamCopy(dst, src, bytes, pages);
     benchmark::ClobberMemory();
   }
   setRate(state, 2 * bytes);
@@ -140,10 +141,14 @@ void registerAll() {
       benchmark::RegisterBenchmark((std::string("copy/") + impl->name + "/" + sizeName(bytes)).c_str(),
                                    benchCopy, impl, bytes);
       // Non-temporal stores at every size (CopyMode::Streaming, which the collectives choose for
-      // outputs of CHORUS_NT_STORE_BYTES and more).
-      benchmark::RegisterBenchmark(
-          (std::string("copy/") + impl->name + "/streaming/" + sizeName(bytes)).c_str(), benchStreamCopy,
-          impl, bytes);
+      // outputs of CHORUS_NT_STORE_BYTES and more), one store stream and 2 or 4 pages interleaved
+      // (CHORUS_NT_COPY_PAGES).
+      for (unsigned pages : {1u, 2u, 4u}) {
+        benchmark::RegisterBenchmark((std::string("copy/") + impl->name + "/streaming/" +
+                                      std::to_string(pages) + "p/" + sizeName(bytes))
+                                         .c_str(),
+                                     benchStreamCopy, impl, bytes, pages);
+      }
     }
   }
 }

@@ -3,6 +3,7 @@
 #include "kernels.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,8 +49,8 @@ __attribute__((target("avx2"), always_inline)) inline void ntLine(char* d, const
 
 // Copies with non-temporal stores: the destination lines are written straight to memory without
 // being read first (no write-allocate) and without filling the caches. As kernels::copy with
-// CopyMode::Streaming (kernels/cpu/reduce_impl.hpp): blocks of four pages go a 64-byte line of each
-// page in turn, as glibc's large memcpy does, four store streams instead of one.
+// CopyMode::Streaming (kernels/cpu/reduce_impl.hpp): one store stream, or blocks of ntPages()
+// pages a 64-byte line of each page in turn, as glibc's large memcpy does.
 __attribute__((target("avx2"), noinline)) void ntCopyAvx2(void* dst, const void* src, size_t bytes) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
@@ -60,13 +61,13 @@ __attribute__((target("avx2"), noinline)) void ntCopyAvx2(void* dst, const void*
   s += head;
   bytes -= head;
   constexpr size_t kPage = 4096;
+  const size_t pages = ntPages();
   size_t i = 0;
-  for (; i + 4 * kPage <= bytes; i += 4 * kPage) {
-    for (size_t o = 0; o < kPage; o += 64) {
-      ntLine(d + i + o, s + i + o);
-      ntLine(d + i + kPage + o, s + i + kPage + o);
-      ntLine(d + i + 2 * kPage + o, s + i + 2 * kPage + o);
-      ntLine(d + i + 3 * kPage + o, s + i + 3 * kPage + o);
+  if (pages > 1) {
+    for (; i + pages * kPage <= bytes; i += pages * kPage) {
+      for (size_t o = 0; o < kPage; o += 64) {
+        for (size_t k = 0; k < pages; ++k) ntLine(d + i + k * kPage + o, s + i + k * kPage + o);
+      }
     }
   }
   for (; i + 64 <= bytes; i += 64) ntLine(d + i, s + i);
@@ -96,6 +97,24 @@ const char* kernelName(Kernel k) {
 }
 
 int kernelArrays(Kernel k) { return k == Kernel::Add || k == Kernel::Triad ? 3 : 2; }
+
+// The library's choice (kernels/cpu/dispatch.cpp): CHORUS_NT_COPY_PAGES (1, 2, 4 or 8) if set, else
+// one stream on AMD CPUs and four pages on others.
+size_t ntPages() {
+  static const size_t pages = [] {
+    const char* set = std::getenv("CHORUS_NT_COPY_PAGES");
+    if (set != nullptr && (std::strcmp(set, "1") == 0 || std::strcmp(set, "2") == 0 ||
+                           std::strcmp(set, "4") == 0 || std::strcmp(set, "8") == 0)) {
+      return static_cast<size_t>(set[0] - '0');
+    }
+#ifdef CHORUS_MEMBW_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_is("amd")) return size_t{1};
+#endif
+    return size_t{4};
+  }();
+  return pages;
+}
 
 bool ntMemcpySupported() {
 #ifdef CHORUS_MEMBW_X86

@@ -22,6 +22,9 @@ int kernelArrays(Kernel k);
 
 // Whether nt_memcpy can run here (AVX2, with the OS saving YMM state).
 bool ntMemcpySupported();
+// Pages nt_memcpy interleaves: as the library's streaming copy (CHORUS_NT_COPY_PAGES, else 1 on AMD
+// CPUs and 4 on others).
+size_t ntPages();
 
 // Runs `k` once on elements [begin, end) of a, b and c; `s` is the scalar of scale and triad.
 void runKernel(Kernel k, double* a, double* b, double* c, size_t begin, size_t end, double s);

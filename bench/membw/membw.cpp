@@ -487,6 +487,7 @@ int run(const Options& o, const Machine& m) {
     j["config"] = Json{{"array_bytes", o.arrayBytes},
                        {"array_size_note", o.arraySizeNote},
                        {"cache_bytes_per_thread", o.cacheBytes},
+                       {"nt_memcpy_pages", ntPages()},
                        {"reps", o.reps},
                        {"threads", nthreads},
                        {"quick", o.quick}};

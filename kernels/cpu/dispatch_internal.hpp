@@ -11,7 +11,8 @@ namespace chorus::kernels {
 
 using ReduceFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type,
                           ReduceOp op, int avgDivisor);
-using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
+/// `pages`: how many pages a streaming copy interleaves (1, 2, 4 or 8; streamPages()).
+using CopyFn = void (*)(void* dst, const void* src, size_t bytes, unsigned pages);
 
 /// One implementation of the kernels. Its functions take the arguments of reduce()/copy() in
 /// reduce.hpp but do not check them: nsrcs >= 1 and a known type and op are the caller's job.
@@ -27,26 +28,26 @@ struct KernelImpl {
 namespace portable {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
-void copy(void* dst, const void* src, size_t bytes);
-void streamCopy(void* dst, const void* src, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes, unsigned pages);
+void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace portable
 namespace avx2 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
-void copy(void* dst, const void* src, size_t bytes);
-void streamCopy(void* dst, const void* src, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes, unsigned pages);
+void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx2
 namespace avx512 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
-void copy(void* dst, const void* src, size_t bytes);
-void streamCopy(void* dst, const void* src, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes, unsigned pages);
+void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx512
 namespace avx512bf16 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
-void copy(void* dst, const void* src, size_t bytes);
-void streamCopy(void* dst, const void* src, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes, unsigned pages);
+void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx512bf16
 
 /// Whether this CPU can run the AVX2 implementation (AVX2, F16C and FMA; x86 only).

@@ -47,4 +47,10 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 /// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();
 
+/// How many pages the streaming copy interleaves, chosen on first use: CHORUS_NT_COPY_PAGES if set
+/// (1, 2, 4 or 8), else 1 on AMD CPUs and 4 on others (docs/performance.md, "The streaming copy").
+unsigned streamPages();
+/// Where streamPages() comes from: "CHORUS_NT_COPY_PAGES", "AMD CPU" or "default".
+const char* streamPagesBasis();
+
 }  // namespace chorus::kernels

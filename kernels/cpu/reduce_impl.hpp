@@ -79,8 +79,8 @@ namespace chorus::kernels::CHORUS_KERNELS_ISA {
 // (nsrcs >= 1, a known type and op); dispatch.cpp checks them.
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
-void copy(void* dst, const void* src, size_t bytes);
-void streamCopy(void* dst, const void* src, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes, unsigned pages);
+void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 
 namespace {
 
@@ -646,11 +646,33 @@ constexpr size_t kPageBytes = 4096;
 }  // namespace
 #endif
 
+#if defined(__SSE2__)
+namespace {
+
+// Streams whole 64-byte lines, blocks of kPages pages at a time, a line of each page in turn.
+// Returns the bytes done (a multiple of the block); the caller streams the rest a line at a time.
+template <unsigned kPages>
+size_t streamBlocks(unsigned char* d, const unsigned char* s, size_t body) {
+  constexpr size_t kBlock = kPages * kPageBytes;
+  size_t i = 0;
+  for (; i + kBlock <= body; i += kBlock) {
+    for (size_t o = 0; o < kPageBytes; o += 64) {
+      for (unsigned k = 0; k < kPages; ++k)
+        streamLine(d + i + k * kPageBytes + o, s + i + k * kPageBytes + o);
+    }
+  }
+  return i;
+}
+
+}  // namespace
+#endif
+
 // Copy with non-temporal stores: align the destination to 64 bytes, stream whole 64-byte lines,
-// fence, copy the tail. Blocks of four pages go a line of each page in turn, as glibc's large
-// memcpy does: four store streams keep more of the write-combining buffers and DRAM rows busy than
-// one (bench_kernels copy/streaming; docs/performance.md has the figures).
-void streamCopy(void* dstv, const void* srcv, size_t bytes) {
+// fence, copy the tail. `pages` (1, 2, 4 or 8; dispatch.cpp chooses it per CPU) > 1 goes blocks of
+// that many pages a line of each page in turn, as glibc's large memcpy does: on the Xeon measured
+// four store streams kept more of the write-combining buffers and DRAM rows busy than one; on the
+// EPYC (Zen 5) one stream is the fastest (docs/performance.md, "The streaming copy").
+void streamCopy(void* dstv, const void* srcv, size_t bytes, unsigned pages) {
 #if defined(__SSE2__)
   auto* d = static_cast<unsigned char*>(dstv);
   const auto* s = static_cast<const unsigned char*>(srcv);
@@ -661,18 +683,24 @@ void streamCopy(void* dstv, const void* srcv, size_t bytes) {
   bytes -= head;
   const size_t body = bytes & ~size_t(63);
   size_t i = 0;
-  for (; i + 4 * kPageBytes <= body; i += 4 * kPageBytes) {
-    for (size_t o = 0; o < kPageBytes; o += 64) {
-      streamLine(d + i + o, s + i + o);
-      streamLine(d + i + kPageBytes + o, s + i + kPageBytes + o);
-      streamLine(d + i + 2 * kPageBytes + o, s + i + 2 * kPageBytes + o);
-      streamLine(d + i + 3 * kPageBytes + o, s + i + 3 * kPageBytes + o);
-    }
+  switch (pages) {
+    case 2:
+      i = streamBlocks<2>(d, s, body);
+      break;
+    case 4:
+      i = streamBlocks<4>(d, s, body);
+      break;
+    case 8:
+      i = streamBlocks<8>(d, s, body);
+      break;
+    default:  // 1: one stream
+      break;
   }
   for (; i < body; i += 64) streamLine(d + i, s + i);
   _mm_sfence();
   std::memcpy(d + body, s + body, bytes - body);
 #else
+  (void)pages;
   std::memcpy(dstv, srcv, bytes);
 #endif
 }
@@ -704,9 +732,9 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   }
 }
 
-void copy(void* dst, const void* src, size_t bytes) {
+void copy(void* dst, const void* src, size_t bytes, unsigned pages) {
   if (bytes >= kNonTemporalThreshold) {
-    streamCopy(dst, src, bytes);
+    streamCopy(dst, src, bytes, pages);
   } else if (bytes != 0) {
     std::memcpy(dst, src, bytes);
   }

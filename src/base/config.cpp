@@ -293,6 +293,14 @@ const Setting kSettings[] = {
        return true;
      },
      showText<&EnvConfig::cpuKernels>},
+    // Pages the streaming (non-temporal) copy interleaves: 1, 2, 4 or 8; unset: by CPU vendor.
+    {"CHORUS_NT_COPY_PAGES", "must be 1, 2, 4 or 8",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "1" && s != "2" && s != "4" && s != "8") return false;
+       c.ntCopyPages = s[0] - '0';
+       return true;
+     },
+     showInt<&EnvConfig::ntCopyPages>},
     // How waiting ranks pass the time: auto (by ranks per core), spin, yield or sleep.
     {"CHORUS_WAIT", "must be auto, spin, adaptive, yield or sleep",
      [](const std::string& s, EnvConfig& c) {

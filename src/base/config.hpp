@@ -70,6 +70,8 @@ struct EnvConfig {
   std::string waitPolicy;
   /// CHORUS_CPU_KERNELS: "portable" forces the portable kernels; "" or "auto": the best the CPU runs.
   std::string cpuKernels;
+  /// CHORUS_NT_COPY_PAGES: pages the streaming copy interleaves (1, 2, 4 or 8); 0: by CPU vendor.
+  int ntCopyPages = 0;
   /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.
   std::string topoFile;
   std::string topoDumpFile;

@@ -178,6 +178,8 @@ void printJson(const Facts& f) {
                      {"basis", t.basis},
                      {"nt_store_bytes", topo::ntStoreBytes()},
                      {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
+                     {"nt_copy_pages", kernels::streamPages()},
+                     {"nt_copy_pages_from", kernels::streamPagesBasis()},
                      {"shm_stage_bytes", config.shmStageBytes},
                      {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
@@ -237,6 +239,8 @@ void printSetup(const Facts& f) {
               env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : t.basis.c_str(),
               formatBytes(config.shmStageBytes).c_str(),
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
+  std::printf("                   non-temporal copies interleave %u page(s) (%s)\n", kernels::streamPages(),
+              kernels::streamPagesBasis());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   if (f.singleCopyReady)
     std::printf("                   %s\n", singleCopySpeed(f.singleCopySpeed, env).c_str());

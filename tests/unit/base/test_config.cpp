@@ -69,6 +69,7 @@ TEST(Config, EveryKindParses) {
                                 {"CHORUS_CUDA_SHARED_GPU", "ipc"},
                                 {"CHORUS_FLIGHT_RECORDER_ENTRIES", "0"},
                                 {"CHORUS_CPU_KERNELS", "portable"},
+                                {"CHORUS_NT_COPY_PAGES", "8"},
                                 {"CHORUS_TOPO_FILE", "/tmp/t.xml"}});
   EXPECT_TRUE(c.parseError.empty()) << c.parseError;
   EXPECT_EQ(c.logLevel, LogLevel::Info);
@@ -87,6 +88,7 @@ TEST(Config, EveryKindParses) {
   EXPECT_TRUE(c.cudaSharedGpuIpc);
   EXPECT_EQ(c.flightRecorderEntries, 0u);
   EXPECT_EQ(c.cpuKernels, "portable");
+  EXPECT_EQ(c.ntCopyPages, 8);
   EXPECT_EQ(c.topoFile, "/tmp/t.xml");
 }
 
@@ -116,6 +118,7 @@ TEST(Config, MalformedValuesAreNamedWithWhatIsWrong) {
        "CHORUS_CUDA_LL_BYTES='2M' must be a size of at most 1M (0 turns LL off)"},
       {"CHORUS_CPU_KERNELS", "avx9",
        "CHORUS_CPU_KERNELS='avx9' must be portable, avx2, avx512, avx512bf16 or auto"},
+      {"CHORUS_NT_COPY_PAGES", "3", "CHORUS_NT_COPY_PAGES='3' must be 1, 2, 4 or 8"},
   };
   const EnvConfig d;
   for (const Case& k : cases) {

@@ -898,14 +898,17 @@ TEST(Copy, AllSizesAndAlignments) {
       for (size_t so : {0, 1}) {
         for (size_t doff : {0, 5, 32}) {
           for (CopyFn fn : {impl->copy, impl->streamCopy}) {
-            const char* kind = fn == impl->copy ? "copy" : "streamCopy";
-            std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xa5));
-            fn(dst.data() + doff, src.data() + so, size);
-            ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
-                << impl->name << " " << kind << " size " << size << " offsets " << so << "/" << doff;
-            for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0xa5) << kind;
-            for (size_t i = doff + size; i < std::min(dst.size(), doff + size + 64); ++i)
-              ASSERT_EQ(dst[i], 0xa5) << kind;
+            for (unsigned pages : {1u, 2u, 4u, 8u}) {  // streamed lines: one stream or pages interleaved
+              const char* kind = fn == impl->copy ? "copy" : "streamCopy";
+              std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xa5));
+              fn(dst.data() + doff, src.data() + so, size, pages);
+              ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
+                  << impl->name << " " << kind << " size " << size << " offsets " << so << "/" << doff
+                  << " pages " << pages;
+              for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0xa5) << kind;
+              for (size_t i = doff + size; i < std::min(dst.size(), doff + size + 64); ++i)
+                ASSERT_EQ(dst[i], 0xa5) << kind;
+            }
           }
         }
       }
@@ -925,6 +928,29 @@ TEST(Dispatch, SimdLevelMatchesCpu) {
                                                      : "portable";
   EXPECT_EQ(simdLevel(), want);
   EXPECT_STREQ(activeKernels().name, simdLevel());
+}
+
+// The streaming copy interleaves 1 page on AMD CPUs, 4 on others, unless CHORUS_NT_COPY_PAGES says.
+TEST(Dispatch, StreamPagesFollowTheCpu) {
+  if (std::getenv("CHORUS_NT_COPY_PAGES") != nullptr) GTEST_SKIP() << "CHORUS_NT_COPY_PAGES is set";
+#if defined(__x86_64__) || defined(__i386__)
+  const bool amd = __builtin_cpu_is("amd");
+#else
+  const bool amd = false;
+#endif
+  EXPECT_EQ(streamPages(), amd ? 1u : 4u);
+  EXPECT_STREQ(streamPagesBasis(), amd ? "AMD CPU" : "default");
+}
+
+TEST(DispatchDeathTest, EnvironmentSetsStreamPages) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: the choice is made once
+  EXPECT_EXIT(
+      {
+        setenv("CHORUS_NT_COPY_PAGES", "2", 1);
+        std::fprintf(stderr, "pages=%u from %s\n", streamPages(), streamPagesBasis());
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "pages=2 from CHORUS_NT_COPY_PAGES");
 }
 
 TEST(DispatchDeathTest, EnvironmentForcesPortable) {
