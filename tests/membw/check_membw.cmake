@@ -1,6 +1,7 @@
 # Runs `chorus-membw --quick --json` and checks that it exits 0 and prints one JSON object with
 # every figure (cmake -P script, used by tests/membw/CMakeLists.txt).
 #   -DMEMBW=<path to chorus-membw>
+#   -DWANT_NT_PAGES=<n> (optional): config.nt_memcpy_pages must be n (the test sets CHORUS_NT_COPY_PAGES)
 cmake_minimum_required(VERSION 3.20)
 execute_process(COMMAND "${MEMBW}" --quick --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}")
@@ -34,6 +35,13 @@ function(expect_positive)
     message(FATAL_ERROR "${where}: ${value}, not above 0")
   endif()
 endfunction()
+
+if(DEFINED WANT_NT_PAGES)
+  string(JSON pages GET "${out}" config nt_memcpy_pages)
+  if(NOT pages EQUAL WANT_NT_PAGES)
+    message(FATAL_ERROR "config.nt_memcpy_pages: ${pages}, expected ${WANT_NT_PAGES}")
+  endif()
+endif()
 
 foreach(key cpus_online l2_bytes mem_available_bytes)
   expect_positive(machine ${key})
