@@ -159,11 +159,11 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   constexpr size_t kBounceBytes = 16 * 1024;
   const size_t elem = dataTypeSize(type);
   const KernelImpl& k = activeKernels();
-  const unsigned pages = streamPages();
   if (store != CopyMode::Streaming || count * elem <= kBounceBytes) {
     if (count != 0) k.reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
     return;
   }
+  const unsigned pages = streamPages();
   // A block at a time into `bounce` (in L1), streamed out. Each block reads the sources at its
   // offset before dst is written there, so a dst that is one of the sources works as in reduce().
   const size_t blockElems = kBounceBytes / elem;
