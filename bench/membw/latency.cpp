@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -155,6 +156,102 @@ Distribution futexRoundTripUs(int cpuA, int cpuB, size_t samplesWanted, double b
   initiator.join();
   echo.join();
   return summarize(std::move(samples));
+}
+
+namespace {
+
+// Two threads meeting: each publishes how many times it has arrived (on a line of its own) and
+// waits for the other to have arrived as often.
+struct PairBarrier {
+  struct alignas(kFlagAlign) Count {
+    std::atomic<uint64_t> value{0};
+  };
+  Count arrived[2];
+  void arriveAndWait(int me, uint64_t& count) {
+    ++count;
+    arrived[me].value.store(count, std::memory_order_release);
+    while (arrived[1 - me].value.load(std::memory_order_acquire) < count) relax(true);
+  }
+};
+
+// Bytes of a block that carry the exchange's stamp: its first and last 8.
+void stamp(std::byte* block, size_t bytes, uint64_t value) {
+  std::memcpy(block, &value, sizeof(value));
+  std::memcpy(block + bytes - sizeof(value), &value, sizeof(value));
+}
+
+bool stamped(const std::byte* block, size_t bytes, uint64_t value) {
+  uint64_t head, tail;
+  std::memcpy(&head, block, sizeof(head));
+  std::memcpy(&tail, block + bytes - sizeof(tail), sizeof(tail));
+  return head == value && tail == value;
+}
+
+}  // namespace
+
+Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges, double budgetSeconds) {
+  Handoff result;
+  blockBytes = std::max<size_t>(blockBytes / 64 * 64, 64);
+  result.blockBytes = blockBytes;
+  // Per thread: a private source, the staging buffer the other reads, a private destination.
+  struct Buffers {
+    std::vector<std::byte> source, staging, destination;
+  };
+  Buffers buf[2];
+  PairBarrier barrier;
+  std::vector<double> writes, reads;
+  writes.reserve(exchanges);
+  reads.reserve(exchanges);
+  std::atomic<bool> ok{true};
+  std::atomic<bool> stop{false};
+  const double counted = 4.0 * static_cast<double>(blockBytes);  // 2 threads x (read + written)
+
+  auto body = [&](int me, int cpu) {
+    pinThisThread(cpu);
+    Buffers& mine = buf[me];
+    // Each thread first touches its own buffers (so that their pages sit near its CPU where memory
+    // is NUMA).
+    mine.source.assign(blockBytes, std::byte{static_cast<unsigned char>(0x40 + me)});
+    mine.staging.assign(blockBytes, std::byte{0});
+    mine.destination.assign(blockBytes, std::byte{0});
+    uint64_t arrivals = 0;
+    barrier.arriveAndWait(me, arrivals);  // every buffer allocated
+    const Buffers& peer = buf[1 - me];
+    const auto deadline = Clock::now() + std::chrono::duration<double>(budgetSeconds);
+    // Two untimed exchanges first: the staging lines then sit in the other core's cache, as
+    // between the chunks of a collective.
+    for (size_t i = 0; i < exchanges + 2; ++i) {
+      const uint64_t value = (static_cast<uint64_t>(i) << 1) | static_cast<uint64_t>(me);
+      stamp(mine.source.data(), blockBytes, value);
+      barrier.arriveAndWait(me, arrivals);  // start
+      const auto start = Clock::now();
+      std::memcpy(mine.staging.data(), mine.source.data(), blockBytes);
+      barrier.arriveAndWait(me, arrivals);  // both blocks staged
+      const auto staged = Clock::now();
+      std::memcpy(mine.destination.data(), peer.staging.data(), blockBytes);
+      barrier.arriveAndWait(me, arrivals);  // both blocks read
+      const auto done = Clock::now();
+      const uint64_t peerValue = (static_cast<uint64_t>(i) << 1) | static_cast<uint64_t>(1 - me);
+      if (!stamped(mine.destination.data(), blockBytes, peerValue)) ok = false;
+      if (me == 0 && i >= 2) {
+        writes.push_back(counted / std::chrono::duration<double>(staged - start).count() / 1e9);
+        reads.push_back(counted / std::chrono::duration<double>(done - staged).count() / 1e9);
+        if (done > deadline) stop.store(true, std::memory_order_relaxed);
+      }
+      barrier.arriveAndWait(me, arrivals);  // both threads agree on whether to stop
+      if (stop.load(std::memory_order_relaxed)) break;
+    }
+    // The whole block, not only its stamps: the destination is the other's source.
+    if (std::memcmp(mine.destination.data(), peer.source.data(), blockBytes) != 0) ok = false;
+  };
+  std::thread a(body, 0, cpuA);
+  std::thread b(body, 1, cpuB);
+  a.join();
+  b.join();
+  result.write = summarize(std::move(writes));
+  result.read = summarize(std::move(reads));
+  result.ok = ok;
+  return result;
 }
 
 }  // namespace chorus_membw

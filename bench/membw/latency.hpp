@@ -1,5 +1,5 @@
 // Core-to-core latency of chorus-membw: a flag ping-pong between two pinned threads, spinning and
-// blocking (futex).
+// blocking (futex); and the rate at which a freshly written block moves from one core to the other.
 #pragma once
 
 #include <cstddef>
@@ -26,5 +26,20 @@ Distribution spinRoundTripNs(int cpuA, int cpuB, bool pause, size_t batches, siz
 // blocking wake-up. Each sample is one round trip (two wake-ups); at most `samples`, stopping early
 // after `budgetSeconds`. Microseconds.
 Distribution futexRoundTripUs(int cpuA, int cpuB, size_t samples, double budgetSeconds);
+
+// A block handed from one core to the other, as a staged collective hands its data over: threads on
+// cpuA and cpuB each copy `blockBytes` from a private source into their own staging buffer (whose
+// lines the other read in the exchange before), meet at a spin barrier, copy the other's staging
+// buffer into a private destination, and meet again. Per exchange, both threads together: `write`
+// is 2 x 2 x blockBytes (STREAM's counting: read + written) over the time from the start to the
+// first barrier, `read` the same over the time from the first barrier to the second; GB/s
+// (G = 1e9). At most `exchanges` samples, stopping early after `budgetSeconds`. `ok` is false if a
+// destination does not hold what the other thread wrote in the same exchange.
+struct Handoff {
+  size_t blockBytes = 0;
+  Distribution write, read;
+  bool ok = true;
+};
+Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges, double budgetSeconds);
 
 }  // namespace chorus_membw

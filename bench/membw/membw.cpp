@@ -1,8 +1,11 @@
 // chorus-membw: a STREAM-like probe of this machine's floor for Chorus's collectives: memory
-// bandwidth (1 thread and T threads), in-cache (L2) bandwidth, and core-to-core latency through a
-// shared flag, spinning and blocking (futex). Independent of the Chorus library.
+// bandwidth (1 thread and T threads), in-cache (L2) bandwidth, core-to-core latency through a
+// shared flag, spinning and blocking (futex), and the rate at which a block one core has just
+// written moves to another (the handoff of every staged collective). Independent of the Chorus
+// library.
 //
-//   chorus-membw [--bytes SIZE] [--cache-bytes SIZE] [--reps N] [-t N] [--quick] [--json]
+//   chorus-membw [--bytes SIZE] [--cache-bytes SIZE] [--handoff-bytes SIZE] [--reps N] [-t N]
+//                [--quick] [--json]
 //
 // Bandwidth is bytes counted as STREAM does (copy, scale, memcpy: 2 x 8 B per element; add,
 // triad: 3 x 8 B) over the time of one pass, GB/s with G = 1e9; best of --reps passes after one
@@ -347,8 +350,9 @@ StreamRun runStream(Arrays& arr, size_t n, const std::vector<int>& cpus, const s
 // ---- Options and output -------------------------------------------------------------------------
 
 struct Options {
-  size_t arrayBytes = 0;  // per array, memory test
-  size_t cacheBytes = 0;  // per array and thread, cache test
+  size_t arrayBytes = 0;    // per array, memory test
+  size_t cacheBytes = 0;    // per array and thread, cache test
+  size_t handoffBytes = 0;  // block of the core-to-core handoff
   int reps = 10;
   int threads = 0;
   bool quick = false;
@@ -361,6 +365,7 @@ struct Latency {
   bool ran = false;
   int cpuA = -1, cpuB = -1;
   Distribution spin, spinPause, futex;
+  Handoff handoff;
 };
 
 Json distributionJson(const Distribution& d) {
@@ -451,9 +456,17 @@ int run(const Options& o, const Machine& m) {
     lat.spin = spinRoundTripNs(lat.cpuA, lat.cpuB, false, batches, 100, budget);
     lat.spinPause = spinRoundTripNs(lat.cpuA, lat.cpuB, true, batches, 100, budget);
     lat.futex = futexRoundTripUs(lat.cpuA, lat.cpuB, o.quick ? 200 : 20000, budget);
+    lat.handoff =
+        handoffCopyGBps(lat.cpuA, lat.cpuB, o.handoffBytes, o.quick ? 50 : 2000, o.quick ? 0.3 : 2.0);
   }
 
   bool ok = true;
+  if (lat.ran && !lat.handoff.ok) {
+    std::fprintf(stderr,
+                 "chorus-membw: wrong result: a handed-off block did not hold what CPU %d or %d wrote\n",
+                 lat.cpuA, lat.cpuB);
+    ok = false;
+  }
   for (const auto* runs : {&memRuns, &cacheRuns}) {
     for (const StreamRun& r : *runs) {
       if (!r.checkOk) {
@@ -503,7 +516,11 @@ int run(const Options& o, const Machine& m) {
                           {"spin_round_trip_ns", distributionJson(lat.spin)},
                           {"spin_one_way_ns", spinOneWay},
                           {"spin_pause_round_trip_ns", distributionJson(lat.spinPause)},
-                          {"futex_round_trip_us", distributionJson(lat.futex)}};
+                          {"futex_round_trip_us", distributionJson(lat.futex)},
+                          {"handoff", Json{{"block_bytes", lat.handoff.blockBytes},
+                                           {"write_gbps", distributionJson(lat.handoff.write)},
+                                           {"read_gbps", distributionJson(lat.handoff.read)},
+                                           {"check", lat.handoff.ok ? "ok" : "failed"}}}};
     } else {
       j["latency"] = nullptr;
     }
@@ -535,6 +552,10 @@ int run(const Options& o, const Machine& m) {
     printLatencyRow("spin one way (ns)", lat.spin, 0.5);
     printLatencyRow("spin+pause round trip (ns)", lat.spinPause, 1.0);
     printLatencyRow("futex round trip (us)", lat.futex, 1.0);
+    const std::string handoffTitle = "handoff of " + formatBytes(lat.handoff.blockBytes) + " (GB/s)";
+    std::printf("\n%-28s %10s %10s %10s %9s\n", handoffTitle.c_str(), "median", "min", "p90", "samples");
+    printLatencyRow("write (own staging)", lat.handoff.write, 1.0);
+    printLatencyRow("read (the other's staging)", lat.handoff.read, 1.0);
   } else {
     std::printf("\nlatency: skipped (fewer than 2 CPUs in the affinity mask)\n");
   }
@@ -548,7 +569,7 @@ int run(const Options& o, const Machine& m) {
 int main(int argc, char** argv) {
   using namespace chorus_membw;
   Options o;
-  std::string bytesText, cacheText;
+  std::string bytesText, cacheText, handoffText;
 
   CLI::App app{"chorus-membw: STREAM-like memory bandwidth, L2 bandwidth and core-to-core latency",
                "chorus-membw"};
@@ -559,6 +580,9 @@ int main(int argc, char** argv) {
   auto* cacheOpt = app.add_option("--cache-bytes", cacheText,
                                   "bytes of each array per thread in the in-cache test (default: L2 / 4, so "
                                   "that triad's 3 arrays fit in L2)");
+  auto* handoffOpt = app.add_option("--handoff-bytes", handoffText,
+                                    "block handed from one core to the other (default: L2 / 2 as a power of "
+                                    "two, 256K to 8M, as Chorus stages)");
   auto* repsOpt = app.add_option("-n,--reps", o.reps, "timed repetitions, best reported (default 10)")
                       ->check(CLI::Range(1, 1000));
   app.add_option("-t,--threads", o.threads,
@@ -616,6 +640,17 @@ int main(int argc, char** argv) {
     }
     if (o.cacheBytes < 4 * kKiB || o.cacheBytes > 1024 * kMiB) {
       throw UsageError("--cache-bytes: between 4K and 1G");
+    }
+    if (handoffOpt->count() > 0) {
+      o.handoffBytes = parseSize(handoffText, "--handoff-bytes");
+    } else {
+      // As Chorus stages: half the L2, a power of two from 256 KiB to 8 MiB (topo::CacheThresholds).
+      size_t p = 256 * kKiB;
+      while (p * 2 <= m.l2 / 2 && p < 8 * kMiB) p *= 2;
+      o.handoffBytes = p;
+    }
+    if (o.handoffBytes < 4 * kKiB || o.handoffBytes > 256 * kMiB) {
+      throw UsageError("--handoff-bytes: between 4K and 256M");
     }
     return run(o, m);
   } catch (const UsageError& e) {
