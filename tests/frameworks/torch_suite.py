@@ -37,6 +37,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -608,7 +609,15 @@ def main():
     os.environ[ENV_GATES_AS] = args.gates_as
     os.environ[ENV_PLUGIN] = args.plugin
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.timeout)
+    # The suite's TEMP_DIR (init files, per-test scratch): removed when the driver ends.
     temp_dir = tempfile.mkdtemp(prefix="torch_suite_")
+    try:
+        return _run(args, temp_dir)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _run(args, temp_dir):
     os.environ["TEMP_DIR"] = temp_dir
     os.environ["INIT_METHOD"] = "env://" if args.init_method == "env" else f"file://{temp_dir}/shared_init_file"
     os.environ["INIT_METHOD_AT_START"] = os.environ["INIT_METHOD"]
