@@ -125,6 +125,10 @@ bool ntMemcpySupported() {
 #endif
 }
 
+void storeCopy(void* dst, const void* src, size_t bytes) {
+  copyLoop(static_cast<double*>(dst), static_cast<const double*>(src), bytes / sizeof(double));
+}
+
 void runKernel(Kernel k, double* a, double* b, double* c, size_t begin, size_t end, double s) {
   if (end <= begin) return;
   const size_t n = end - begin;

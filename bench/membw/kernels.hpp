@@ -29,6 +29,10 @@ size_t ntPages();
 // Runs `k` once on elements [begin, end) of a, b and c; `s` is the scalar of scale and triad.
 void runKernel(Kernel k, double* a, double* b, double* c, size_t begin, size_t end, double s);
 
+// Copies `bytes` (a multiple of 8) with the loop of `copy`: the compiler's vector loads and stores,
+// not glibc's memcpy (which may use `rep movsb` or non-temporal stores instead).
+void storeCopy(void* dst, const void* src, size_t bytes);
+
 // What element i of each array holds after `k` ran (a scalar model of runKernel, for the check).
 void modelKernel(Kernel k, double& a, double& b, double& c, double s);
 

@@ -9,11 +9,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
 #include "affinity.hpp"
+#include "kernels.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -180,6 +184,26 @@ void stamp(std::byte* block, size_t bytes, uint64_t value) {
   std::memcpy(block + bytes - sizeof(value), &value, sizeof(value));
 }
 
+// A buffer that starts on a page boundary (so its page offset is 0), filled on allocation by the
+// thread that calls allocate().
+class PageBuffer {
+ public:
+  void allocate(size_t bytes, std::byte fill) {
+    constexpr size_t kPage = 4096;
+    data_.reset(static_cast<std::byte*>(std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage)));
+    if (!data_) throw std::bad_alloc();
+    std::memset(data_.get(), static_cast<int>(fill), bytes);
+  }
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, Free> data_;
+};
+
 bool stamped(const std::byte* block, size_t bytes, uint64_t value) {
   uint64_t head, tail;
   std::memcpy(&head, block, sizeof(head));
@@ -193,15 +217,17 @@ Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges,
   Handoff result;
   blockBytes = std::max<size_t>(blockBytes / 64 * 64, 64);
   result.blockBytes = blockBytes;
-  // Per thread: a private source, the staging buffer the other reads, a private destination.
+  // Per thread: a private source, the staging buffer the other reads, a private destination; each
+  // from the start of a page (a block's first line at the same page offset in all three).
   struct Buffers {
-    std::vector<std::byte> source, staging, destination;
+    PageBuffer source, staging, destination;
   };
   Buffers buf[2];
   PairBarrier barrier;
-  std::vector<double> writes, reads;
+  std::vector<double> writes, storeWrites, reads;
   writes.reserve(exchanges);
-  reads.reserve(exchanges);
+  storeWrites.reserve(exchanges);
+  reads.reserve(2 * exchanges);
   std::atomic<bool> ok{true};
   std::atomic<bool> stop{false};
   const double counted = 4.0 * static_cast<double>(blockBytes);  // 2 threads x (read + written)
@@ -211,21 +237,26 @@ Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges,
     Buffers& mine = buf[me];
     // Each thread first touches its own buffers (so that their pages sit near its CPU where memory
     // is NUMA).
-    mine.source.assign(blockBytes, std::byte{static_cast<unsigned char>(0x40 + me)});
-    mine.staging.assign(blockBytes, std::byte{0});
-    mine.destination.assign(blockBytes, std::byte{0});
+    mine.source.allocate(blockBytes, std::byte{static_cast<unsigned char>(0x40 + me)});
+    mine.staging.allocate(blockBytes, std::byte{0});
+    mine.destination.allocate(blockBytes, std::byte{0});
     uint64_t arrivals = 0;
     barrier.arriveAndWait(me, arrivals);  // every buffer allocated
     const Buffers& peer = buf[1 - me];
     const auto deadline = Clock::now() + std::chrono::duration<double>(budgetSeconds);
     // Two untimed exchanges first: the staging lines then sit in the other core's cache, as
-    // between the chunks of a collective.
-    for (size_t i = 0; i < exchanges + 2; ++i) {
+    // between the chunks of a collective. Then memcpy and vector stores in turn.
+    for (size_t i = 0; i < 2 * exchanges + 2; ++i) {
       const uint64_t value = (static_cast<uint64_t>(i) << 1) | static_cast<uint64_t>(me);
+      const bool vectorStores = i % 2 == 1;
       stamp(mine.source.data(), blockBytes, value);
       barrier.arriveAndWait(me, arrivals);  // start
       const auto start = Clock::now();
-      std::memcpy(mine.staging.data(), mine.source.data(), blockBytes);
+      if (vectorStores) {
+        storeCopy(mine.staging.data(), mine.source.data(), blockBytes);
+      } else {
+        std::memcpy(mine.staging.data(), mine.source.data(), blockBytes);
+      }
       barrier.arriveAndWait(me, arrivals);  // both blocks staged
       const auto staged = Clock::now();
       std::memcpy(mine.destination.data(), peer.staging.data(), blockBytes);
@@ -234,12 +265,13 @@ Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges,
       const uint64_t peerValue = (static_cast<uint64_t>(i) << 1) | static_cast<uint64_t>(1 - me);
       if (!stamped(mine.destination.data(), blockBytes, peerValue)) ok = false;
       if (me == 0 && i >= 2) {
-        writes.push_back(counted / std::chrono::duration<double>(staged - start).count() / 1e9);
+        (vectorStores ? storeWrites : writes)
+            .push_back(counted / std::chrono::duration<double>(staged - start).count() / 1e9);
         reads.push_back(counted / std::chrono::duration<double>(done - staged).count() / 1e9);
         if (done > deadline) stop.store(true, std::memory_order_relaxed);
       }
       barrier.arriveAndWait(me, arrivals);  // both threads agree on whether to stop
-      if (stop.load(std::memory_order_relaxed)) break;
+      if (stop.load(std::memory_order_relaxed) && vectorStores) break;
     }
     // The whole block, not only its stamps: the destination is the other's source.
     if (std::memcmp(mine.destination.data(), peer.source.data(), blockBytes) != 0) ok = false;
@@ -249,6 +281,7 @@ Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges,
   a.join();
   b.join();
   result.write = summarize(std::move(writes));
+  result.storeWrite = summarize(std::move(storeWrites));
   result.read = summarize(std::move(reads));
   result.ok = ok;
   return result;

@@ -30,14 +30,19 @@ Distribution futexRoundTripUs(int cpuA, int cpuB, size_t samples, double budgetS
 // A block handed from one core to the other, as a staged collective hands its data over: threads on
 // cpuA and cpuB each copy `blockBytes` from a private source into their own staging buffer (whose
 // lines the other read in the exchange before), meet at a spin barrier, copy the other's staging
-// buffer into a private destination, and meet again. Per exchange, both threads together: `write`
-// is 2 x 2 x blockBytes (STREAM's counting: read + written) over the time from the start to the
-// first barrier, `read` the same over the time from the first barrier to the second; GB/s
-// (G = 1e9). At most `exchanges` samples, stopping early after `budgetSeconds`. `ok` is false if a
-// destination does not hold what the other thread wrote in the same exchange.
+// buffer into a private destination, and meet again. Exchanges alternate how the staging buffer is
+// written: glibc's memcpy (`write`) or a loop of vector stores (`storeWrite`, kernels.hpp's
+// storeCopy, the way a reduction kernel writes its output); the read is always memcpy. Every
+// buffer starts on a page of its own: memcpy's `rep movsb` slows down where the destination sits
+// a few bytes past the source modulo 4 KiB (docs/performance.md, "Known gaps"). Per exchange, both
+// threads together: a write rate is 2 x 2 x blockBytes (STREAM's counting: read + written) over the
+// time from the start to the first barrier, `read` the same over the time from the first barrier
+// to the second; GB/s (G = 1e9). At most `exchanges` samples, stopping early after
+// `budgetSeconds`. `ok` is false if a destination does not hold what the other thread wrote in the
+// same exchange.
 struct Handoff {
   size_t blockBytes = 0;
-  Distribution write, read;
+  Distribution write, storeWrite, read;
   bool ok = true;
 };
 Handoff handoffCopyGBps(int cpuA, int cpuB, size_t blockBytes, size_t exchanges, double budgetSeconds);

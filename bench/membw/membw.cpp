@@ -519,6 +519,7 @@ int run(const Options& o, const Machine& m) {
                           {"futex_round_trip_us", distributionJson(lat.futex)},
                           {"handoff", Json{{"block_bytes", lat.handoff.blockBytes},
                                            {"write_gbps", distributionJson(lat.handoff.write)},
+                                           {"store_write_gbps", distributionJson(lat.handoff.storeWrite)},
                                            {"read_gbps", distributionJson(lat.handoff.read)},
                                            {"check", lat.handoff.ok ? "ok" : "failed"}}}};
     } else {
@@ -554,7 +555,8 @@ int run(const Options& o, const Machine& m) {
     printLatencyRow("futex round trip (us)", lat.futex, 1.0);
     const std::string handoffTitle = "handoff of " + formatBytes(lat.handoff.blockBytes) + " (GB/s)";
     std::printf("\n%-28s %10s %10s %10s %9s\n", handoffTitle.c_str(), "median", "min", "p90", "samples");
-    printLatencyRow("write (own staging)", lat.handoff.write, 1.0);
+    printLatencyRow("write (own staging, memcpy)", lat.handoff.write, 1.0);
+    printLatencyRow("write (vector stores)", lat.handoff.storeWrite, 1.0);
     printLatencyRow("read (the other's staging)", lat.handoff.read, 1.0);
   } else {
     std::printf("\nlatency: skipped (fewer than 2 CPUs in the affinity mask)\n");
