@@ -1,5 +1,6 @@
 // Run-time choice between the portable, AVX2 + F16C and AVX-512 kernels, made once per process.
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -157,17 +158,24 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
             int avgDivisor, CopyMode store) {
   checkReduce(nsrcs, type, op);
   constexpr size_t kBounceBytes = 16 * 1024;
+  constexpr size_t kPage = 4096;
   const size_t elem = dataTypeSize(type);
   const KernelImpl& k = activeKernels();
-  if (store != CopyMode::Streaming || count * elem <= kBounceBytes) {
+  const bool bounced =
+      store == CopyMode::Handoff || (store == CopyMode::Streaming && count * elem > kBounceBytes);
+  if (!bounced) {
     if (count != 0) k.reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
     return;
   }
   const unsigned pages = streamPages();
-  // A block at a time into `bounce` (in L1), streamed out. Each block reads the sources at its
-  // offset before dst is written there, so a dst that is one of the sources works as in reduce().
+  // A block at a time into `bounce` (in L1), then out. Each block reads the sources at its offset
+  // before dst is written there, so a dst that is one of the sources works as in reduce(). For
+  // Handoff the bounce sits at dst's offset within a page: memcpy's `rep movsb` slows down where
+  // the destination lies a few bytes past the source modulo 4 KiB.
   const size_t blockElems = kBounceBytes / elem;
-  alignas(64) std::byte bounce[kBounceBytes];
+  alignas(kPage) std::byte area[kBounceBytes + kPage];
+  std::byte* bounce =
+      store == CopyMode::Handoff ? area + (reinterpret_cast<uintptr_t>(dst) & (kPage - 1)) : area;
   constexpr int kInline = 64;
   const void* inlineSrcs[kInline];
   std::vector<const void*> manySrcs(nsrcs > kInline ? static_cast<size_t>(nsrcs) : 0);
@@ -176,7 +184,12 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
     const size_t m = std::min(blockElems, count - off);
     for (int i = 0; i < nsrcs; ++i) moved[i] = static_cast<const std::byte*>(srcs[i]) + off * elem;
     k.reduce(bounce, moved, nsrcs, m, type, op, avgDivisor);
-    k.streamCopy(static_cast<std::byte*>(dst) + off * elem, bounce, m * elem, pages);
+    std::byte* out = static_cast<std::byte*>(dst) + off * elem;
+    if (store == CopyMode::Handoff) {
+      std::memcpy(out, bounce, m * elem);
+    } else {
+      k.streamCopy(out, bounce, m * elem, pages);
+    }
   }
 }
 
@@ -186,6 +199,7 @@ void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
     case CopyMode::Auto:
       return activeKernels().copy(dst, src, bytes, streamPages());
     case CopyMode::Cached:
+    case CopyMode::Handoff:
       std::memcpy(dst, src, bytes);
       return;
     case CopyMode::Streaming:

@@ -29,6 +29,7 @@ enum class CopyMode {
   Auto,       ///< memcpy, switching to non-temporal stores for a single copy of 16 MiB or more
   Cached,     ///< always memcpy: the destination ends up in cache for a reader that follows
   Streaming,  ///< non-temporal stores: the destination bypasses the cache (no read-for-ownership)
+  Handoff,    ///< copy(): memcpy; reduce(): through L1, then memcpy (for lines another core read last)
 };
 
 /// memcpy tuned for large buffers. Collectives copy a large output in many small pieces, so they
@@ -39,6 +40,10 @@ void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Au
 /// reduce() with its stores chosen as copy()'s: Streaming reduces a block of at most 16 KiB of
 /// output at a time into a buffer that stays in L1 and streams it to dst, so that a large output
 /// costs no read-for-ownership of its lines (a quarter of a 2-source reduction's memory traffic).
+/// Handoff reduces through the same kind of buffer, placed at dst's offset within a page, and
+/// copies each block out with memcpy: where dst's lines sit in the cache of a core that does not
+/// share this core's L3, memcpy's whole-line writes (`rep movsb`) take them several times faster
+/// than the kernel's vector stores (docs/performance.md, "Writing what the peers read").
 /// Cached and Auto: reduce() as above. The results are bit for bit reduce()'s; dst may be the same
 /// pointer as any srcs[k], as there.
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,

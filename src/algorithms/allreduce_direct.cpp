@@ -4,6 +4,7 @@
 // chunk i is copied out after the synchronisation that follows chunk i+1's staging); per rank,
 // (n-1)/n of the chunk copied in, n/n reduced from n sources, the whole chunk copied out.
 #include <array>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -92,14 +93,24 @@ void allReduceDirect(Context& ctx, const Op& op) {
     kernels::copy(shm.stage(me, c.half), at(op.send, c.off, elem), so * elem);
     kernels::copy(shm.stage(me, c.half) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
   };
-  // This rank's slice, from its input and what the peers staged, into the same place of its half.
+  // This rank's slice, from its input and what the peers staged, into the same place of its half,
+  // whose lines the peers read last (they copied a chunk out of it): written with stores or through
+  // memcpy, whichever this rank has timed faster (engine/staging_writes.hpp).
+  engine::StagingWrites& writes = shared(ctx).stagingWrites();
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;
     for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, c.half) + so * elem;
     srcs[static_cast<size_t>(me)] = at(op.send, c.off + so, elem);
+    const size_t outBytes = (end - so) * elem;
+    const kernels::CopyMode how = writes.next(outBytes);
+    const auto start = std::chrono::steady_clock::now();
     kernels::reduce(shm.stage(me, c.half) + so * elem, srcs.data(), n, end - so, op.type, op.op,
-                    avgDivisor(op, n));
+                    avgDivisor(op, n), how);
+    writes.record(how, outBytes,
+                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count()));
   };
   auto copyOut = [&](const Chunk& c) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));

@@ -301,6 +301,14 @@ const Setting kSettings[] = {
        return true;
      },
      showInt<&EnvConfig::ntCopyPages>},
+    // How reductions into the staging area are written: auto (each rank times both), stores, memcpy.
+    {"CHORUS_STAGE_WRITE", "must be auto, stores or memcpy",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "auto" && s != "stores" && s != "memcpy") return false;
+       c.stageWrite = s == "auto" ? std::string() : s;
+       return true;
+     },
+     [](const EnvConfig& c) { return c.stageWrite.empty() ? std::string("auto") : c.stageWrite; }},
     // How waiting ranks pass the time: auto (by ranks per core), spin, yield or sleep.
     {"CHORUS_WAIT", "must be auto, spin, adaptive, yield or sleep",
      [](const std::string& s, EnvConfig& c) {

@@ -72,6 +72,9 @@ struct EnvConfig {
   std::string cpuKernels;
   /// CHORUS_NT_COPY_PAGES: pages the streaming copy interleaves (1, 2, 4 or 8); 0: by CPU vendor.
   int ntCopyPages = 0;
+  /// CHORUS_STAGE_WRITE: how reductions into the staging area are written: "" (auto: timed by each
+  /// rank), "stores" or "memcpy" (engine/staging_writes.hpp).
+  std::string stageWrite;
   /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.
   std::string topoFile;
   std::string topoDumpFile;

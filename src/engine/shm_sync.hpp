@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "base/op.hpp"
+#include "engine/staging_writes.hpp"
 #include "engine/waiter.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "transports/shm/shm_group.hpp"
@@ -86,6 +87,8 @@ class ShmSync {
   void syncAll();
   /// Which staging half (0/1) the next chunk uses; alternates across operations.
   int nextStageHalf() { return stageHalf_ ^= 1; }
+  /// How this rank writes reductions into its staging area (timed per rank, staging_writes.hpp).
+  StagingWrites& stagingWrites() { return stagingWrites_; }
   /// Publishes `bytes` (<= llCapacity()) of `mine` and copies every rank's message, own included,
   /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; it is
   /// also a synchronisation of all ranks.
@@ -140,6 +143,7 @@ class ShmSync {
   uint16_t tag_ = 0;
   uint64_t syncCounter_ = 0;
   int stageHalf_ = 1;
+  StagingWrites stagingWrites_{stagingWritesPolicy()};
   uint64_t llSeq_ = 0;
   uint64_t bufferSeq_ = 0;
   // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive

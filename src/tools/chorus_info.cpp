@@ -180,6 +180,7 @@ void printJson(const Facts& f) {
                      {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
                      {"nt_copy_pages", kernels::streamPages()},
                      {"nt_copy_pages_from", kernels::streamPagesBasis()},
+                     {"stage_write", configValue("CHORUS_STAGE_WRITE")},
                      {"shm_stage_bytes", config.shmStageBytes},
                      {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
@@ -241,6 +242,10 @@ void printSetup(const Facts& f) {
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
   std::printf("                   non-temporal copies interleave %u page(s) (%s)\n", kernels::streamPages(),
               kernels::streamPagesBasis());
+  const std::string stageWrite = configValue("CHORUS_STAGE_WRITE");
+  std::printf("                   reductions into staging written by %s (CHORUS_STAGE_WRITE=%s)\n",
+              stageWrite == "auto" ? "stores or memcpy, each rank timing both" : stageWrite.c_str(),
+              stageWrite.c_str());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   if (f.singleCopyReady)
     std::printf("                   %s\n", singleCopySpeed(f.singleCopySpeed, env).c_str());

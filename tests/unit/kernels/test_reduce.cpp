@@ -985,7 +985,7 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
   std::vector<float> c(1000);
   copy(c.data(), out.data(), c.size() * sizeof(float));
   EXPECT_EQ(c, out);
-  for (CopyMode mode : {CopyMode::Auto, CopyMode::Cached, CopyMode::Streaming}) {
+  for (CopyMode mode : {CopyMode::Auto, CopyMode::Cached, CopyMode::Streaming, CopyMode::Handoff}) {
     std::vector<float> d(1000);
     copy(d.data() + 1, out.data(), 999 * sizeof(float), mode);
     EXPECT_TRUE(std::equal(d.begin() + 1, d.end(), out.begin())) << static_cast<int>(mode);
@@ -995,9 +995,10 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
 }
 
 // reduce(..., CopyMode::Streaming) goes a 16 KiB block at a time through a buffer and streams it
-// out: bit for bit what reduce() writes, for every element size, source count, a length that ends
-// mid-block, an unaligned destination and a destination that is one of the sources.
-TEST(Dispatch, StreamingReduceEqualsReduce) {
+// out, CopyMode::Handoff through a buffer at the destination's page offset and memcpy: both bit for
+// bit what reduce() writes, for every element size, source count, a length shorter than a line,
+// one that ends mid-block, an unaligned destination and a destination that is one of the sources.
+TEST(Dispatch, BouncedReduceEqualsReduce) {
   std::mt19937 rng(7);
   constexpr size_t kBlockBytes = 16 * 1024;
   for (DataType type :
@@ -1005,7 +1006,7 @@ TEST(Dispatch, StreamingReduceEqualsReduce) {
     const size_t elem = dataTypeSize(type), block = kBlockBytes / elem;
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
       for (int nsrcs : {1, 2, 3, 5}) {
-        for (size_t count : {size_t{17}, block, block + 1, 3 * block + 13}) {
+        for (size_t count : {size_t{3}, size_t{17}, block, block + 1, 3 * block + 13}) {
           for (size_t shift : {size_t{0}, size_t{1}}) {  // the destination's offset in elements
             std::vector<std::vector<unsigned char>> bufs(static_cast<size_t>(nsrcs));
             std::vector<const void*> srcs;
@@ -1034,17 +1035,21 @@ TEST(Dispatch, StreamingReduceEqualsReduce) {
               srcs.push_back(b.data());
             }
             const int divisor = op == ReduceOp::Avg ? nsrcs + 1 : 0;
-            std::vector<unsigned char> want(count * elem), got((count + shift) * elem);
+            std::vector<unsigned char> want(count * elem);
             reduce(want.data(), srcs.data(), nsrcs, count, type, op, divisor);
-            reduce(got.data() + shift * elem, srcs.data(), nsrcs, count, type, op, divisor,
-                   CopyMode::Streaming);
-            ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<long>(shift * elem)))
-                << dataTypeName(type) << " op " << static_cast<int>(op) << " nsrcs " << nsrcs << " count "
-                << count << " shift " << shift;
-            // In place: the destination is the last source.
-            reduce(bufs.back().data(), srcs.data(), nsrcs, count, type, op, divisor, CopyMode::Streaming);
-            ASSERT_EQ(bufs.back(), want)
-                << dataTypeName(type) << " in place, nsrcs " << nsrcs << " count " << count;
+            const std::vector<unsigned char> last = bufs.back();
+            for (CopyMode mode : {CopyMode::Streaming, CopyMode::Handoff}) {
+              std::vector<unsigned char> got((count + shift) * elem);
+              reduce(got.data() + shift * elem, srcs.data(), nsrcs, count, type, op, divisor, mode);
+              ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin() + static_cast<long>(shift * elem)))
+                  << dataTypeName(type) << " op " << static_cast<int>(op) << " nsrcs " << nsrcs << " count "
+                  << count << " shift " << shift << " mode " << static_cast<int>(mode);
+              // In place: the destination is the last source.
+              reduce(bufs.back().data(), srcs.data(), nsrcs, count, type, op, divisor, mode);
+              ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " in place, nsrcs " << nsrcs << " count "
+                                           << count << " mode " << static_cast<int>(mode);
+              bufs.back() = last;
+            }
           }
         }
       }

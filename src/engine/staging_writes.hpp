@@ -1,0 +1,64 @@
+// How a rank writes a reduction into its own staging area, whose lines its peers read last (the
+// reduced slices of the `direct` allreduce): with the reduction kernel's vector stores, or a block
+// at a time through L1 and memcpy (kernels::CopyMode::Handoff). Which is faster depends on where
+// the peers run (docs/performance.md, "Writing what the peers read"): where they share this core's
+// L3 the stores save a pass through L1; where they do not (two core complexes of an AMD EPYC, two
+// sockets) memcpy's whole-line writes take the lines from the other cache several times faster
+// than stores. A VM's host may move its vCPUs between the two while a job runs, so each rank times
+// its own reductions both ways and uses the faster, trying the other now and then. The results
+// are the same bit for bit either way, so ranks need not agree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/reduce.hpp"
+
+namespace chorus::engine {
+
+class StagingWrites {
+ public:
+  /// CHORUS_STAGE_WRITE: auto (timed, the default), stores or memcpy (always that way).
+  enum class Policy { Auto, Stores, Memcpy };
+
+  /// Reductions writing less than this are not timed (too short to tell) and use the stores.
+  static constexpr size_t kTimedBytes = 16 * 1024;
+  /// Timed reductions each way before the faster one is chosen.
+  static constexpr uint32_t kWarmUp = 2;
+  /// Once warm, every kExplore-th timed reduction goes the other way, to notice a move.
+  static constexpr uint32_t kExplore = 16;
+  /// The way not in use takes over when its estimate is this much lower (a fraction).
+  static constexpr double kSwitchMargin = 0.05;
+
+  explicit StagingWrites(Policy policy = Policy::Auto) : policy_(policy) {}
+
+  /// How to write the next reduction of `bytes` into the staging area.
+  kernels::CopyMode next(size_t bytes);
+  /// The reduction that next() answered `mode` for took `ns` nanoseconds to write `bytes`.
+  void record(kernels::CopyMode mode, size_t bytes, uint64_t ns);
+
+  /// Estimated nanoseconds per KiB written each way (0 before the first sample), for the log and
+  /// tests.
+  double storesNsPerKiB() const { return cost_[kStores]; }
+  double memcpyNsPerKiB() const { return cost_[kMemcpy]; }
+  /// Which way was chosen last (for the log: it changed when this differs from before next()).
+  kernels::CopyMode current() const { return current_; }
+
+ private:
+  static constexpr int kStores = 0, kMemcpy = 1;
+  static kernels::CopyMode modeOf(int way) {
+    return way == kMemcpy ? kernels::CopyMode::Handoff : kernels::CopyMode::Cached;
+  }
+
+  Policy policy_;
+  double cost_[2] = {0, 0};  // moving average, ns per KiB
+  uint32_t samples_[2] = {0, 0};
+  uint64_t timed_ = 0;  // timed reductions so far
+  int best_ = kStores;  // the way in use once warm
+  kernels::CopyMode current_ = kernels::CopyMode::Cached;
+};
+
+/// CHORUS_STAGE_WRITE's policy (envConfig()).
+StagingWrites::Policy stagingWritesPolicy();
+
+}  // namespace chorus::engine

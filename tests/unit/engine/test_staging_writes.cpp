@@ -1,0 +1,114 @@
+// engine::StagingWrites: how a rank writes reductions into its staging area. Fed made-up timings:
+// it tries both ways, settles on the faster, tries the other every kExplore-th reduction, follows a
+// change of which is faster within a few samples, shrugs off one descheduled sample, never times
+// small reductions, and the forced policies (CHORUS_STAGE_WRITE) never change.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/staging_writes.hpp"
+
+using namespace chorus;
+using namespace chorus::engine;
+using kernels::CopyMode;
+
+namespace {
+
+constexpr size_t kBytes = 256 * 1024;
+
+// Runs `n` reductions of kBytes, each taking what `costNs` says for the way chosen; returns the
+// ways.
+template <typename F>
+std::vector<CopyMode> run(StagingWrites& w, int n, F costNs) {
+  std::vector<CopyMode> ways;
+  for (int i = 0; i < n; ++i) {
+    const CopyMode m = w.next(kBytes);
+    ways.push_back(m);
+    w.record(m, kBytes, costNs(m));
+  }
+  return ways;
+}
+
+int count(const std::vector<CopyMode>& ways, CopyMode m, size_t from = 0) {
+  int c = 0;
+  for (size_t i = from; i < ways.size(); ++i) c += ways[i] == m;
+  return c;
+}
+
+TEST(StagingWrites, TriesBothThenKeepsTheFasterExploringTheOther) {
+  StagingWrites w;
+  // Two complexes: stores 2.3x slower.
+  auto ways = run(w, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore,
+                  [](CopyMode m) { return m == CopyMode::Handoff ? 2000 : 4600; });
+  // The warm-up alternates, starting with the stores.
+  for (uint32_t i = 0; i < 2 * StagingWrites::kWarmUp; ++i)
+    EXPECT_EQ(ways[i], i % 2 == 0 ? CopyMode::Cached : CopyMode::Handoff) << i;
+  // Then memcpy, but for one reduction in kExplore.
+  const size_t warm = 2 * StagingWrites::kWarmUp;
+  EXPECT_EQ(count(ways, CopyMode::Cached, warm), 4);
+  EXPECT_EQ(count(ways, CopyMode::Handoff, warm), static_cast<int>(ways.size() - warm) - 4);
+  EXPECT_EQ(w.current(), CopyMode::Handoff);
+  EXPECT_NEAR(w.memcpyNsPerKiB(), 2000.0 * 1024 / kBytes, 1e-9);
+  EXPECT_NEAR(w.storesNsPerKiB(), 4600.0 * 1024 / kBytes, 1e-9);
+}
+
+TEST(StagingWrites, FollowsAChangeOfPlacementBothWays) {
+  StagingWrites w;
+  bool twoComplexes = false;  // one complex: stores 10% faster
+  auto cost = [&](CopyMode m) {
+    if (twoComplexes) return m == CopyMode::Handoff ? 2000 : 4600;
+    return m == CopyMode::Handoff ? 1100 : 1000;
+  };
+  run(w, 40, cost);
+  EXPECT_EQ(w.current(), CopyMode::Cached);
+  // The vCPUs move to two complexes: the stores in use slow down at once, so within a few
+  // reductions memcpy takes over.
+  twoComplexes = true;
+  auto ways = run(w, 8, cost);
+  EXPECT_EQ(w.current(), CopyMode::Handoff);
+  EXPECT_GE(count(ways, CopyMode::Handoff, 4), 3);
+  // And back: the stores are seen to be faster again at their next explorations (the estimate
+  // moves half way per sample, and must come kSwitchMargin below memcpy's), within 8 of them.
+  twoComplexes = false;
+  ways = run(w, 8 * StagingWrites::kExplore, cost);
+  EXPECT_EQ(w.current(), CopyMode::Cached);
+  EXPECT_EQ(count(ways, CopyMode::Cached, ways.size() - StagingWrites::kExplore),
+            static_cast<int>(StagingWrites::kExplore) - 1);
+}
+
+TEST(StagingWrites, OneDescheduledSampleDoesNotSwitch) {
+  StagingWrites w;
+  run(w, 20, [](CopyMode m) { return m == CopyMode::Handoff ? 1100 : 1000; });
+  ASSERT_EQ(w.current(), CopyMode::Cached);
+  // One reduction of the stores took 100x as long (its rank lost the core): counted as 2x, which
+  // moves the estimate to 1.5x, so memcpy is used until the stores are tried again and recover.
+  const CopyMode m = w.next(kBytes);
+  w.record(m, kBytes, m == CopyMode::Cached ? 100000 : 1100);
+  EXPECT_LT(w.storesNsPerKiB(), 2.0 * 1000 * 1024 / kBytes);
+  run(w, 4 * StagingWrites::kExplore, [](CopyMode way) { return way == CopyMode::Handoff ? 1100 : 1000; });
+  EXPECT_EQ(w.current(), CopyMode::Cached);
+}
+
+TEST(StagingWrites, SmallReductionsUseStoresUntimed) {
+  StagingWrites w;
+  for (int i = 0; i < 50; ++i) {
+    const CopyMode m = w.next(StagingWrites::kTimedBytes - 1);
+    EXPECT_EQ(m, CopyMode::Cached);
+    w.record(m, StagingWrites::kTimedBytes - 1, 1000000);
+  }
+  EXPECT_EQ(w.storesNsPerKiB(), 0.0);
+  EXPECT_EQ(w.memcpyNsPerKiB(), 0.0);
+}
+
+TEST(StagingWrites, ForcedPoliciesNeverChange) {
+  StagingWrites stores(StagingWrites::Policy::Stores), memcpy(StagingWrites::Policy::Memcpy);
+  auto slowStores = [](CopyMode m) { return m == CopyMode::Handoff ? 1000 : 9000; };
+  EXPECT_EQ(count(run(stores, 100, slowStores), CopyMode::Cached), 100);
+  EXPECT_EQ(count(run(memcpy, 100, [](CopyMode m) { return m == CopyMode::Handoff ? 9000 : 1000; }),
+                  CopyMode::Handoff),
+            100);
+  EXPECT_EQ(memcpy.next(64), CopyMode::Handoff);  // whatever the size
+}
+
+}  // namespace
