@@ -2,9 +2,9 @@
 // reduced slices of the `direct` allreduce): with the reduction kernel's vector stores, or a block
 // at a time through L1 and memcpy (kernels::CopyMode::Handoff). Which is faster depends on where
 // the peers run (docs/performance.md, "Writing what the peers read"): where they share this core's
-// L3 the stores save a pass through L1; where they do not (two core complexes of an AMD EPYC, two
-// sockets) memcpy's whole-line writes take the lines from the other cache several times faster
-// than stores. A VM's host may move its vCPUs between the two while a job runs, so each rank times
+// L3 the stores save a pass through L1; where they do not (measured: two core complexes of an AMD
+// EPYC) memcpy's whole-line writes take the lines from the other cache several times faster than
+// stores. A VM's host may move its vCPUs between the two while a job runs, so each rank times
 // its own reductions both ways and uses the faster, trying the other now and then. The results
 // are the same bit for bit either way, so ranks need not agree.
 #pragma once
