@@ -104,13 +104,16 @@ void allReduceDirect(Context& ctx, const Op& op) {
     srcs[static_cast<size_t>(me)] = at(op.send, c.off + so, elem);
     const size_t outBytes = (end - so) * elem;
     const kernels::CopyMode how = writes.next(outBytes);
-    const auto start = std::chrono::steady_clock::now();
+    const bool timed = writes.timed(outBytes);
+    const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     kernels::reduce(shm.stage(me, c.half) + so * elem, srcs.data(), n, end - so, op.type, op.op,
                     avgDivisor(op, n), how);
-    writes.record(how, outBytes,
-                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::steady_clock::now() - start)
-                                            .count()));
+    if (timed) {
+      writes.record(how, outBytes,
+                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count()));
+    }
   };
   auto copyOut = [&](const Chunk& c) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));

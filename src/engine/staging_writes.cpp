@@ -16,7 +16,7 @@ kernels::CopyMode StagingWrites::next(size_t bytes) {
     case Policy::Auto:
       break;
   }
-  if (bytes < kTimedBytes) return kernels::CopyMode::Cached;
+  if (!timed(bytes)) return kernels::CopyMode::Cached;
   ++timed_;
   if (samples_[kStores] < kWarmUp || samples_[kMemcpy] < kWarmUp) {
     return modeOf(samples_[kStores] <= samples_[kMemcpy] ? kStores : kMemcpy);
@@ -24,12 +24,11 @@ kernels::CopyMode StagingWrites::next(size_t bytes) {
   // The other way takes over once it is kSwitchMargin faster: timings of single reductions are
   // noisy, and where the two are close, switching back and forth only adds noise.
   if (cost_[1 - best_] < cost_[best_] * (1 - kSwitchMargin)) best_ = 1 - best_;
-  current_ = modeOf(best_);
   return modeOf(timed_ % kExplore == 0 ? 1 - best_ : best_);
 }
 
 void StagingWrites::record(kernels::CopyMode mode, size_t bytes, uint64_t ns) {
-  if (policy_ != Policy::Auto || bytes < kTimedBytes) return;
+  if (!timed(bytes)) return;
   const int way = mode == kernels::CopyMode::Handoff ? kMemcpy : kStores;
   double x = static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes);
   double& cost = cost_[way];

@@ -34,6 +34,8 @@ class StagingWrites {
 
   /// How to write the next reduction of `bytes` into the staging area.
   kernels::CopyMode next(size_t bytes);
+  /// Whether a reduction of `bytes` is timed (only then does record() take its time).
+  bool timed(size_t bytes) const { return policy_ == Policy::Auto && bytes >= kTimedBytes; }
   /// The reduction that next() answered `mode` for took `ns` nanoseconds to write `bytes`.
   void record(kernels::CopyMode mode, size_t bytes, uint64_t ns);
 
@@ -41,8 +43,8 @@ class StagingWrites {
   /// tests.
   double storesNsPerKiB() const { return cost_[kStores]; }
   double memcpyNsPerKiB() const { return cost_[kMemcpy]; }
-  /// Which way was chosen last (for the log: it changed when this differs from before next()).
-  kernels::CopyMode current() const { return current_; }
+  /// The way in use once warm (explorations aside).
+  kernels::CopyMode current() const { return modeOf(best_); }
 
  private:
   static constexpr int kStores = 0, kMemcpy = 1;
@@ -55,7 +57,6 @@ class StagingWrites {
   uint32_t samples_[2] = {0, 0};
   uint64_t timed_ = 0;  // timed reductions so far
   int best_ = kStores;  // the way in use once warm
-  kernels::CopyMode current_ = kernels::CopyMode::Cached;
 };
 
 /// CHORUS_STAGE_WRITE's policy (envConfig()).

@@ -92,6 +92,8 @@ TEST(StagingWrites, OneDescheduledSampleDoesNotSwitch) {
 
 TEST(StagingWrites, SmallReductionsUseStoresUntimed) {
   StagingWrites w;
+  EXPECT_FALSE(w.timed(StagingWrites::kTimedBytes - 1));
+  EXPECT_TRUE(w.timed(StagingWrites::kTimedBytes));
   for (int i = 0; i < 50; ++i) {
     const CopyMode m = w.next(StagingWrites::kTimedBytes - 1);
     EXPECT_EQ(m, CopyMode::Cached);
@@ -109,6 +111,8 @@ TEST(StagingWrites, ForcedPoliciesNeverChange) {
                   CopyMode::Handoff),
             100);
   EXPECT_EQ(memcpy.next(64), CopyMode::Handoff);  // whatever the size
+  EXPECT_FALSE(stores.timed(kBytes));             // and nothing is timed
+  EXPECT_FALSE(memcpy.timed(kBytes));
 }
 
 }  // namespace
