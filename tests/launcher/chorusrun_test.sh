@@ -189,6 +189,12 @@ timeout)
 forward_signal)
   # SIGTERM and SIGINT sent to chorusrun reach every rank; chorusrun exits with 128+signal.
   for sig in TERM INT; do
+    # Empty the files first: the background job's own redirection truncates them only once it
+    # has forked, and wait_for_lines must not find the previous round's "ready" lines (the signal
+    # would then reach chorusrun before its handlers, while it still ignores SIGINT as a
+    # background job of this script does, and the round would hang).
+    : >"$OUT"
+    : >"$ERR"
     start=$(now_ms)
     "$CHORUSRUN" -n 3 sh -c 'trap "echo caught; exit 0" '"$sig"'; echo "PGID $$"; echo ready; sleep 60; true' \
       >"$OUT" 2>"$ERR" </dev/null &
