@@ -197,11 +197,24 @@ struct Vec<BFloat16> {
   static constexpr bool kOk = true;
   using V = __m256;
   static constexpr size_t kUnit = 16;
+  // The words move within their 32-bit lanes by byte shuffles, not shifts: on Zen 1 a 256-bit
+  // shift costs two shuffles (a 2-source sum 23% faster, docs/performance.md); by published port
+  // tables the two cost the same on Zen 3 and later and Ice Lake and later, and shuffles have
+  // one port to the shifts' two on Intel cores before Ice Lake (not measured).
+  // up(): each lane's bottom word to its top, zero below; down(): the top word to the bottom.
+  static __m256i up(__m256i x) {
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1, 12, 13,
+                                                   -1, -1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1, 12, 13));
+  }
+  static __m256i down(__m256i x) {
+    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1,
+                                                   2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1));
+  }
   // lo: elements 0, 2, ..., 14 (each 16-bit pattern moved to the top of its 32-bit lane is its
   // float32 value); hi: elements 1, 3, ..., 15 (already at the top; clear the bottom).
   static void load(const BFloat16* p, V& lo, V& hi) {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    lo = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    lo = _mm256_castsi256_ps(up(x));
     hi = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(int32_t(0xffff0000u))));
   }
   // float32 -> bfloat16 in the top 16 bits of each lane (the bottom ones are garbage), rounded to
@@ -222,7 +235,7 @@ struct Vec<BFloat16> {
     // One compare finds a NaN in either register; NaN payloads need the slower rounding below.
     if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_UNORD_Q)) == 0, 1)) {
       // t = the truncated results (top halves), in element order.
-      const __m256i t = _mm256_blend_epi16(_mm256_srli_epi32(ulo, 16), uhi, 0xaa);
+      const __m256i t = _mm256_blend_epi16(down(ulo), uhi, 0xaa);
       if constexpr (kExact) {
         out = t;
       } else {
@@ -230,7 +243,7 @@ struct Vec<BFloat16> {
         // low + (t & 1) > 0x8000, i.e. above half an ulp, or exactly half with an odd t; computed
         // as a signed saturating add on low - 0x8000. A carry out of the mantissa moves to the
         // exponent (to infinity at the top).
-        const __m256i low = _mm256_blend_epi16(ulo, _mm256_slli_epi32(uhi, 16), 0xaa);
+        const __m256i low = _mm256_blend_epi16(ulo, up(uhi), 0xaa);
         const __m256i lsb = _mm256_and_si256(t, _mm256_set1_epi16(1));
         const __m256i excess =
             _mm256_adds_epi16(_mm256_xor_si256(low, _mm256_set1_epi16(int16_t(0x8000))), lsb);
