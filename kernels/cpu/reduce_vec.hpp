@@ -207,8 +207,9 @@ struct Vec<BFloat16> {
                                                    -1, -1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1, -1, 12, 13));
   }
   static __m256i down(__m256i x) {
-    return _mm256_shuffle_epi8(x, _mm256_setr_epi8(2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1,
-                                                   2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1));
+    return _mm256_shuffle_epi8(
+        x, _mm256_setr_epi8(2, 3, -1, -1, 6, 7, -1, -1, 10, 11, -1, -1, 14, 15, -1, -1, 2, 3, -1, -1, 6, 7,
+                            -1, -1, 10, 11, -1, -1, 14, 15, -1, -1));
   }
   // lo: elements 0, 2, ..., 14 (each 16-bit pattern moved to the top of its 32-bit lane is its
   // float32 value); hi: elements 1, 3, ..., 15 (already at the top; clear the bottom).
