@@ -22,7 +22,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     if (!peers[static_cast<size_t>(me)].mapped) {
       // Single copy: pull block `me` of every peer's input into cache, reduce into the output.
       reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n),
-                   store);
+                   store, false);
       shared(ctx).syncAll();  // nobody reads this rank's input any more
       return;
     }

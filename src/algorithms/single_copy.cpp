@@ -78,13 +78,16 @@ bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace) {
 }
 
 void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers, size_t offset,
-                  size_t count, void* dst, int divisor, kernels::CopyMode store) {
+                  size_t count, void* dst, int divisor, kernels::CopyMode store, bool pushToPeers) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type), line = cacheLineElems(elem);
-  // Half a staging half in all, shared by the peers (256 KiB here; at 2 ranks and 2 MiB, pieces of
-  // 128-256 KiB were best, of 1 MiB or 32 KiB about 15% slower).
-  const size_t per =
-      shared(ctx).group().stageHalfBytes() / 2 / elem / static_cast<size_t>(std::max(1, n - 1));
+  // 256 KiB in all, shared by the peers. At 2 ranks and 2 MiB pieces of 128-256 KiB were best on
+  // the Xeon (2 MiB L2; 1 MiB or 32 KiB about 15% slower); on the AVX2 EPYC VM (512 KiB L2) 256 KiB
+  // against 64 KiB, median of 9 interleaved launches, out of place: 2 MiB 520 / 561 us, 4 MiB
+  // 1495 / 1575, 16 MiB 6225 / 6536 (and 564 / 594, 1444 / 1529, 6951 / 7365 in a run pulling
+  // the reduced slices), 1 MiB even.
+  constexpr size_t kPieceBytes = size_t{256} << 10;
+  const size_t per = kPieceBytes / elem / static_cast<size_t>(std::max(1, n - 1));
   const size_t piece = std::max(line, per / line * line);
   std::byte* scratch = ctx.scratch(piece * elem * static_cast<size_t>(n));
   std::vector<const void*> srcs(static_cast<size_t>(n));
@@ -100,7 +103,15 @@ void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuff
       shared(ctx).readPeer(k, p, into, p.send + o * elem, l * elem, kernels::CopyMode::Cached);
       srcs[static_cast<size_t>(k)] = into;
     }
-    kernels::reduce(at(dst, o - offset, elem), srcs.data(), n, l, op.type, op.op, divisor, store);
+    std::byte* out = at(dst, o - offset, elem);
+    // A piece about to be pushed is read right back: keep it in cache.
+    kernels::reduce(out, srcs.data(), n, l, op.type, op.op, divisor,
+                    pushToPeers ? kernels::CopyMode::Cached : store);
+    if (!pushToPeers) continue;
+    for (int k = 0; k < n; ++k) {
+      const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
+      if (k != me) shared(ctx).writePeer(k, p, p.recv + o * elem, out, l * elem);
+    }
   }
 }
 

@@ -236,6 +236,19 @@ void ShmSync::readPeer(int peer, const PeerBuffers& p, void* dst, const std::byt
   }
 }
 
+void ShmSync::writePeer(int peer, const PeerBuffers& p, std::byte* dst, const void* src, size_t bytes) {
+  if (p.pid == 0) {
+    kernels::copy(dst, src, bytes, kernels::CopyMode::Cached);
+    return;
+  }
+  try {
+    const std::string what = strCat("rank ", peer);
+    transport::writePeerMemory(p.pid, reinterpret_cast<uintptr_t>(dst), src, bytes, what.c_str());
+  } catch (const Error& e) {
+    failNamingPeer(e);
+  }
+}
+
 void ShmSync::awaitBuffers(uint64_t seq) {
   const int n = size();
   Waiter waiter = waiter_();

@@ -54,7 +54,7 @@ inline uint16_t callTag(uint64_t hash) { return static_cast<uint16_t>((hash >> 1
 
 /// A rank's buffers for zero-copy and single-copy algorithms: addresses in this process (`pid` 0:
 /// a chorusMemAlloc buffer mapped here, or a rank of this process), or in process `pid` (another
-/// process's ordinary memory), which only ShmSync::readPeer may read.
+/// process's ordinary memory), which only ShmSync::readPeer and writePeer may touch.
 struct PeerBuffers {
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
@@ -113,6 +113,9 @@ class ShmSync {
   /// peer's own failure where it published one (it exited, taking its buffers along).
   void readPeer(int peer, const PeerBuffers& p, void* dst, const std::byte* src, size_t bytes,
                 kernels::CopyMode mode);
+  /// Copies `bytes` from `src` to `dst` of rank `peer`'s buffers (`p`): a copy in this process,
+  /// else a cross-memory write; failures as readPeer's.
+  void writePeer(int peer, const PeerBuffers& p, std::byte* dst, const void* src, size_t bytes);
 
   /// Check mode (CHORUS_CHECK): one synchronisation, then every peer's whole call compared.
   void checkCallsMatch();

@@ -58,12 +58,14 @@ bool singleCopyAllowed(std::string* state) {
     for (;;) pause();
   }
   std::string why;
-  const bool ok = chorus::transport::probePeerMemory(
+  bool ok = chorus::transport::probePeerMemory(
       child, reinterpret_cast<uintptr_t>(chorus::transport::peerProbeWord()), &why);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  *state = ok ? "allowed (cross-memory attach: process_vm_readv of another process works)"
-              : chorus::strCat("refused, collectives stage heap buffers: ", why);
+  if (ok && !chorus::transport::probeOwnMemoryWrite(&why)) ok = false;  // as ShmGroup's probe
+  *state =
+      ok ? "allowed (cross-memory attach: process_vm_readv of another process and process_vm_writev work)"
+         : chorus::strCat("refused, collectives stage heap buffers: ", why);
   return ok;
 }
 

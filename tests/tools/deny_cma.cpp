@@ -1,7 +1,8 @@
-// deny_cma PROGRAM ARGS...: runs PROGRAM with cross-memory attach refused, as Yama's ptrace_scope
-// or another user's process refuses it: a seccomp filter makes process_vm_readv and
-// process_vm_writev fail with EPERM in PROGRAM and everything it starts. Exits 77 (CTest's skip)
-// where this kernel or sandbox takes no seccomp filter.
+// deny_cma [--writes-only] PROGRAM ARGS...: runs PROGRAM with cross-memory attach refused, as
+// Yama's ptrace_scope or another user's process refuses it: a seccomp filter makes
+// process_vm_readv and process_vm_writev (with --writes-only: process_vm_writev alone) fail with
+// EPERM in PROGRAM and everything it starts. Exits 77 (CTest's skip) where this kernel or sandbox
+// takes no seccomp filter.
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -23,8 +24,13 @@
 #endif
 
 int main(int argc, char** argv) {
+  const bool writesOnly = argc > 1 && std::strcmp(argv[1], "--writes-only") == 0;
+  if (writesOnly) {
+    --argc;
+    ++argv;
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: deny_cma PROGRAM [ARGS...]\n");
+    std::fprintf(stderr, "usage: deny_cma [--writes-only] PROGRAM [ARGS...]\n");
     return 2;
   }
   sock_filter filter[] = {
@@ -33,7 +39,9 @@ int main(int argc, char** argv) {
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, DENY_CMA_ARCH, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+      // Reads: to the refusal (2 ahead), or with --writes-only to the next test, which lets them through.
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv,
+               static_cast<unsigned char>(writesOnly ? 0 : 2), 0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),

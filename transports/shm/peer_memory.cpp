@@ -42,6 +42,37 @@ ssize_t readOnce(int pid, void* local, uint64_t remote, size_t bytes) {
   return process_vm_readv(static_cast<pid_t>(pid), &l, 1, &r, 1, 0);
 }
 
+// One process_vm_writev; the bytes it moved, or -1 with errno set.
+ssize_t writeOnce(int pid, uint64_t remote, const void* local, size_t bytes) {
+  iovec l{const_cast<void*>(local), bytes};
+  iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), bytes};
+  return process_vm_writev(static_cast<pid_t>(pid), &l, 1, &r, 1, 0);
+}
+
+// Runs `once` (one read, or with `reading` false one write, of up to the bytes left from a byte
+// offset) until `bytes` have moved, failing as readPeerMemory and writePeerMemory say.
+template <typename Once>
+void moveAll(int pid, size_t bytes, const char* what, bool reading, Once once) {
+  const char* call = reading ? "process_vm_readv" : "process_vm_writev";
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = once(done, bytes - done);
+    if (got <= 0) {
+      const int err = got < 0 ? errno : EFAULT;
+      if (err == EINTR) continue;
+      if (err == ESRCH) {
+        fail(chorusRemoteError,
+             strCat(what, " (pid ", pid, ") died while this rank ", reading ? "read" : "wrote",
+                    " its buffer in place (", call, ": ESRCH)"));
+      }
+      fail(chorusSystemError,
+           strCat(what, ": ", reading ? "reading " : "writing ", bytes - done, " bytes of process ", pid,
+                  " in place (", call, ") failed: ", errnoCause(err)));
+    }
+    done += static_cast<size_t>(got);
+  }
+}
+
 }  // namespace
 
 const uint64_t* peerProbeWord() { return &probeWord; }
@@ -93,23 +124,27 @@ double measurePeerReadSpeed(size_t bytes) {
 
 void readPeerMemory(int pid, void* local, uint64_t remote, size_t bytes, const char* what) {
   auto* out = static_cast<std::byte*>(local);
-  while (bytes > 0) {
-    const ssize_t got = readOnce(pid, out, remote, bytes);
-    if (got <= 0) {
-      const int err = got < 0 ? errno : EFAULT;
-      if (err == EINTR) continue;
-      if (err == ESRCH) {
-        fail(chorusRemoteError, strCat(what, " (pid ", pid,
-                                       ") died while this rank read its buffer in place"
-                                       " (process_vm_readv: ESRCH)"));
-      }
-      fail(chorusSystemError, strCat(what, ": reading ", bytes, " bytes of process ", pid,
-                                     " in place (process_vm_readv) failed: ", errnoCause(err)));
-    }
-    out += got;
-    remote += static_cast<uint64_t>(got);
-    bytes -= static_cast<size_t>(got);
+  moveAll(pid, bytes, what, true,
+          [&](size_t at, size_t left) { return readOnce(pid, out + at, remote + at, left); });
+}
+
+void writePeerMemory(int pid, uint64_t remote, const void* local, size_t bytes, const char* what) {
+  const auto* in = static_cast<const std::byte*>(local);
+  moveAll(pid, bytes, what, false,
+          [&](size_t at, size_t left) { return writeOnce(pid, remote + at, in + at, left); });
+}
+
+bool probeOwnMemoryWrite(std::string* why) {
+  volatile uint64_t word = 0;
+  const uint64_t value = kPeerProbeValue;
+  const ssize_t got =
+      writeOnce(static_cast<int>(getpid()), reinterpret_cast<uintptr_t>(&word), &value, sizeof value);
+  if (got == static_cast<ssize_t>(sizeof value) && word == kPeerProbeValue) return true;
+  if (why) {
+    *why = got < 0 ? strCat("process_vm_writev is refused here: ", errnoCause(errno))
+                   : std::string("process_vm_writev did not write the probe word");
   }
+  return false;
 }
 
 }  // namespace chorus::transport

@@ -1,8 +1,8 @@
-// Reading another process's memory on this host in place: cross-memory attach
-// (process_vm_readv), which copies straight from a peer's pages into ours in one pass, with no
-// shared mapping and no staging copy. Linux allows it where the reader may ptrace the peer (same
-// user and no Yama restriction, or CAP_SYS_PTRACE); elsewhere it fails with EPERM, which
-// `probe` detects once at set-up so that collectives fall back to staging.
+// Reading (and writing) another process's memory on this host in place: cross-memory attach
+// (process_vm_readv, process_vm_writev), which copies straight between a peer's pages and ours in
+// one pass, with no shared mapping and no staging copy. Linux allows it where the reader may ptrace the peer
+// (same user and no Yama restriction, or CAP_SYS_PTRACE); elsewhere it fails with EPERM, which `probe`
+// detects once at set-up so that collectives fall back to staging.
 #pragma once
 
 #include <cstddef>
@@ -38,5 +38,15 @@ double measurePeerReadSpeed(size_t bytes = size_t{4} << 20);
 /// Throws chorus::Error (chorusSystemError) naming `what`, the process and errno where the system
 /// refuses: the peer exited (ESRCH), the range is not mapped there (EFAULT), permission (EPERM).
 void readPeerMemory(int pid, void* local, uint64_t remote, size_t bytes, const char* what);
+
+/// Copies `bytes` from `local` to address `remote` of process `pid` (process_vm_writev, a loop over
+/// partial writes). The same permission as reading (Linux checks ptrace access either way); fails
+/// as readPeerMemory does.
+void writePeerMemory(int pid, uint64_t remote, const void* local, size_t bytes, const char* what);
+
+/// Whether this process may write memory by cross-memory attach: one process_vm_writev into its
+/// own memory, which a seccomp filter or a kernel without the call refuses (permission to a peer is
+/// the read probe's: the kernel checks the same ptrace access for both). On failure `*why` says why.
+bool probeOwnMemoryWrite(std::string* why = nullptr);
 
 }  // namespace chorus::transport

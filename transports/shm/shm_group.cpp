@@ -216,6 +216,11 @@ void ShmGroup::probePeers(const std::string& noPeerReads, bool regardless) {
       why = strCat("rank ", rank_, " cannot read rank ", r, "'s memory: ", cause);
     }
   }
+  // The single-copy allreduce also writes its peers' outputs (process_vm_writev).
+  if (std::string cause; ok && anyRemote && !probeOwnMemoryWrite(&cause)) {
+    ok = false;
+    why = strCat("rank ", rank_, " cannot write its peers' memory: ", cause);
+  }
   Header* own = header(rank_);
   if (rank_ == 0) {
     // Released with the verdict below. Ranks of one process read each other with memcpy: nothing

@@ -1,12 +1,13 @@
 // Cross-memory attach (transports/shm/peer_memory): the probe every rank runs at set-up, and the
-// read the single-copy collectives use, against a child process: allowed, refused (another user),
-// and a process that has exited.
+// read and write the single-copy collectives use, against a child process: allowed, refused
+// (another user), and a process that has exited.
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,48 @@ TEST(PeerMemory, ReadsAPeerProcessExactly) {
   std::vector<uint32_t> got(data.size());
   readPeerMemory(child.pid, got.data(), reinterpret_cast<uintptr_t>(data.data()), data.size() * 4, "rank 1");
   EXPECT_EQ(got, data);
+}
+
+// The single-copy allreduce writes its reduced slice into each peer's output: every byte lands,
+// over page boundaries, and no byte beyond the range moves.
+TEST(PeerMemory, WritesAPeerProcessExactly) {
+  std::vector<uint32_t> target(300'003, 7u);  // the child's copy is what the write changes
+  Child child;
+  ASSERT_GT(child.pid, 0);
+  std::string why;
+  ASSERT_TRUE(probeOwnMemoryWrite(&why)) << why;
+  std::vector<uint32_t> data(300'001);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint32_t>(i * 2654435761u);
+  writePeerMemory(child.pid, reinterpret_cast<uintptr_t>(target.data() + 1), data.data(), data.size() * 4,
+                  "rank 1");
+  std::vector<uint32_t> got(target.size());
+  readPeerMemory(child.pid, got.data(), reinterpret_cast<uintptr_t>(target.data()), got.size() * 4, "rank 1");
+  EXPECT_EQ(got.front(), 7u);
+  EXPECT_EQ(got.back(), 7u);
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), got.begin() + 1));
+  EXPECT_EQ(target[1], 7u) << "the write changed this process, not the child";
+}
+
+TEST(PeerMemory, AWriteToAnUnmappedRangeIsANamedError) {
+  Child child;
+  const float in[4] = {1, 2, 3, 4};
+  try {
+    writePeerMemory(child.pid, 8, in, sizeof in, "rank 1");
+    FAIL() << "writing address 8 succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusSystemError);
+    EXPECT_TRUE(contains(e.what(), "rank 1") && contains(e.what(), "writing") && contains(e.what(), "EFAULT"))
+        << e.what();
+  }
+  const pid_t pid = child.pid;
+  child.stop();
+  try {
+    writePeerMemory(pid, reinterpret_cast<uintptr_t>(&in[0]), in, sizeof in, "rank 1");
+    FAIL() << "writing an exited process succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), chorusRemoteError);
+    EXPECT_TRUE(contains(e.what(), "rank 1") && contains(e.what(), "died")) << e.what();
+  }
 }
 
 TEST(PeerMemory, TheProbeChecksTheWordNotOnlyTheCall) {
