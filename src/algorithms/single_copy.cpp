@@ -26,9 +26,11 @@
 //   allreduce:  staging costs each byte a copy into the staging area and one out of it, and the
 //               reduced slices a copy-out from the peers' staging areas; pulling (reducePulled)
 //               reads the peers' slices of the input into cache by CMA, reduces them with this
-//               rank's own into its output, and reads the peers' reduced slices from their
-//               outputs: two kernel copies of (n-1)/n instead of three user copies, and three
-//               synchronisations per call instead of two per chunk. Out of place (CHORUS_CMA=0
+//               rank's own into its output, and (measured so) reads the peers' reduced slices
+//               from their outputs: two kernel copies of (n-1)/n instead of three user copies,
+//               and three synchronisations per call instead of two per chunk. Since 2026-12-05
+//               the reduced pieces are pushed instead (allreduce_direct.cpp), two
+//               synchronisations. Out of place (CHORUS_CMA=0
 //               against 1K, median of 5 interleaved launches, staged / pulled): 0.82 at 128 KiB,
 //               1.30 at 256 KiB, 1.31 at 1 MiB, 1.18 at 2 MiB, 1.21 at 4 MiB, 1.18 at 16 MiB,
 //               0.81 at 32 MiB (staging streams its output there; CMA cannot), 0.74 at 64 MiB.
