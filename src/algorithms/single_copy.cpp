@@ -42,12 +42,14 @@
 //               at 16 KiB, 1.26 / 1.23 at 32 KiB, 1.73 / 1.89 at 256 KiB, 1.40 / 1.93 at 2 MiB,
 //               1.22 / 1.44 at 16 MiB, 1.04 / 1.26 at 256 MiB: from 16 KiB blocks, no upper limit.
 //   Outputs staging streams: from the non-temporal threshold (topo::ntStoreBytes(): the L3's size,
-//               64 MiB at most) staging writes all_gather's and out-of-place allreduce's outputs
-//               with streaming stores, which the kernel's copy cannot, and single copy stops there
-//               (the ranges above end below the Xeon's 64 MiB). On the AVX2 EPYC VM (L3 8 MiB:
-//               streaming from 8 MiB), CHORUS_CMA=0 against the default, median of 7-9 interleaved
-//               launches, us out of place: all_gather 4 MiB 967 / 911, 8 MiB 2013 / 2285, 16 MiB
-//               2606 / 3594, 32 MiB 5294 / 7751; allreduce 8 MiB 2087 / 3030, 16 MiB 4238 / 6153.
+//               64 MiB at most) staging writes the out-of-place allreduce's output with streaming
+//               stores, which the kernel's copy cannot, and single copy stops there (the range
+//               above ends below the Xeon's 64 MiB). On the AVX2 EPYC VM (L3 8 MiB: streaming from
+//               8 MiB) staging was as fast or faster there in every A/B (CHORUS_CMA=0 against the
+//               default, median of 9 interleaved launches, us out of place: 8 MiB 2087 / 3030 and
+//               3477 / 3557, 16 MiB 4238 / 6153, 7133 / 7365 and 6814 / 7279). all_gather keeps
+//               its range: there staging won by 12-45% from 8 MiB in one A/B and lost by 5-20% in
+//               another, by where the host placed the vCPUs.
 //   4 ranks on 2 cores: single copy loses everywhere (1.1-2x): ranks waiting for each other at the
 //               buffer exchange share cores. The communicator offers no in-place reads then.
 #include "algorithms/common.hpp"
@@ -62,8 +64,8 @@ bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes) {
   if (env.cmaMinBytes) return hasPath && messageBytes >= env.cmaMinBytes;
   constexpr size_t K = 1024, M = K * K;
   switch (kind) {
-    case OpKind::AllGather:  // and below the output size where staging streams it (see below)
-      return messageBytes >= 16 * K && outputBytes <= 32 * M && outputBytes < topo::ntStoreBytes();
+    case OpKind::AllGather:
+      return messageBytes >= 16 * K && outputBytes <= 32 * M;
     case OpKind::Broadcast:
       return messageBytes >= 64 * K && outputBytes < 1 * M;
     case OpKind::AllToAll:
