@@ -58,8 +58,11 @@ void allReducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerB
   const size_t elem = dataTypeSize(op.type);
   Slices slices(op.count, static_cast<size_t>(n), cacheLineElems(elem));
   const size_t so = slices.offset(static_cast<size_t>(me)), sn = slices.length(static_cast<size_t>(me));
-  const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
-  if (sn) reducePulled(ctx, op, peers, so, sn, at(op.recv, so, elem), avgDivisor(op, n), store, true);
+  // Each reduced piece is read right back to be pushed: it stays in cache, whatever the size.
+  if (sn) {
+    reducePulled(ctx, op, peers, so, sn, at(op.recv, so, elem), avgDivisor(op, n), kernels::CopyMode::Cached,
+                 true);
+  }
   // Every slice reduced into every output; nobody touches this rank's buffers any more.
   shared(ctx).syncAll();
 }

@@ -99,9 +99,10 @@ bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace);
 /// `peers` and synchronises afterwards): dst = op.op over every rank k of `count` elements at
 /// element offset `offset` of k's send buffer (`divisor`: Avg's, or 0). This rank's own are read in
 /// place; each peer's are read into scratch with readPeer, piece by piece, so that they are in
-/// cache for the reduction, half a staging half at a time. `store`: how dst is written
-/// (outputCopyMode of the whole output). With `pushToPeers` (allreduce) each reduced piece is also
-/// written, from cache, to the same elements of every peer's receive buffer (writePeer).
+/// cache for the reduction, 256 KiB (shared by the peers) at a time. `store`: how dst is written
+/// (outputCopyMode of the whole output, or Cached when pushing). With `pushToPeers` (allreduce)
+/// each reduced piece is also written, from cache, to the same elements of every peer's receive
+/// buffer (writePeer).
 void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuffers>& peers, size_t offset,
                   size_t count, void* dst, int divisor, kernels::CopyMode store, bool pushToPeers);
 

@@ -117,9 +117,7 @@ void reducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerBuff
       srcs[static_cast<size_t>(k)] = into;
     }
     std::byte* out = at(dst, o - offset, elem);
-    // A piece about to be pushed is read right back: keep it in cache.
-    kernels::reduce(out, srcs.data(), n, l, op.type, op.op, divisor,
-                    pushToPeers ? kernels::CopyMode::Cached : store);
+    kernels::reduce(out, srcs.data(), n, l, op.type, op.op, divisor, store);
     if (!pushToPeers) continue;
     for (int k = 0; k < n; ++k) {
       const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
