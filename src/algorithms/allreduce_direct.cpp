@@ -67,21 +67,11 @@ void allReducePulled(Context& ctx, const Op& op, const std::vector<engine::PeerB
   shared(ctx).syncAll();
 }
 
-}  // namespace
-
-void allReduceDirect(Context& ctx, const Op& op) {
-  if (op.count == 0) return;
+// Staged: every rank stages its input through its staging area, chunk by chunk (the header).
+void allReduceStaged(Context& ctx, const Op& op) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
-  std::vector<engine::PeerBuffers> peers;
-  if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers)) {
-    if (peers[static_cast<size_t>(me)].mapped) return allReduceShared(ctx, op, peers);
-    const bool anyInPlace =
-        std::any_of(peers.begin(), peers.end(), [](const engine::PeerBuffers& p) { return p.inPlace; });
-    if (pullingPays(op.kind, bytes, anyInPlace)) return allReducePulled(ctx, op, peers);
-    // Else stage, as every rank decides (the buffer exchange cost one synchronisation).
-  }
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::CopyMode store = outputCopyMode(bytes, op.send == op.recv);
@@ -150,6 +140,42 @@ void allReduceDirect(Context& ctx, const Op& op) {
   }
   shared(ctx).syncAll();  // the last chunk reduced
   copyOut(*reduced);
+}
+
+}  // namespace
+
+void allReduceDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int me = ctx.rank();
+  const size_t bytes = op.count * dataTypeSize(op.type);
+  // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
+  // rank 0 times the calls each way (engine/single_copy_choice.hpp).
+  engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
+  const uint32_t verdict =
+      me == 0 ? choice.verdict(bytes, pullingPays(op.kind, bytes, false), pullingPays(op.kind, bytes, true))
+              : 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<engine::PeerBuffers> peers;
+  if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers, verdict)) {
+    if (peers[static_cast<size_t>(me)].mapped) return allReduceShared(ctx, op, peers);
+    const bool anyInPlace =
+        std::any_of(peers.begin(), peers.end(), [](const engine::PeerBuffers& p) { return p.inPlace; });
+    // Staging after the exchange costs its synchronisation; rank 0 times that too.
+    const bool pull = choice.follow(peers[0].choice, anyInPlace);
+    if (pull) {
+      allReducePulled(ctx, op, peers);
+    } else {
+      allReduceStaged(ctx, op);
+    }
+    if (me == 0) {
+      choice.record(bytes, anyInPlace, pull,
+                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count()));
+    }
+    return;
+  }
+  allReduceStaged(ctx, op);
 }
 
 // AllReduce, one-shot: every rank stages its input and, after one synchronisation, reduces the

@@ -92,7 +92,8 @@ bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes);
 
 /// For the reductions (allreduce, reduce-scatter), whose single copy pulls the peers' inputs
 /// (reducePulled) instead of staging them: whether that beats staging once the buffers are
-/// exchanged and every rank knows whether any rank works in place (single_copy.cpp).
+/// exchanged and every rank knows whether any rank works in place (single_copy.cpp). For the
+/// allreduce only the way tried first: rank 0 times both (engine/single_copy_choice.hpp).
 bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace);
 
 /// Single copy's reduction, with no synchronisation of its own (the caller exchanged buffers in
@@ -119,14 +120,15 @@ inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, siz
 /// singleCopyPays) the peers' ordinary buffers read in place: directly between ranks of one
 /// process, by cross-memory attach between processes. The caller reads peers' buffers only
 /// through ShmSync::readPeer and synchronises once more before returning (nobody may reuse a
-/// buffer a peer still reads). The same answer on every rank.
+/// buffer a peer still reads). The same answer on every rank. `choice` travels to every rank's
+/// peers[this rank].choice (the allreduce: rank 0's verdict, engine/single_copy_choice.hpp).
 inline bool trySingleCopy(Context& ctx, OpKind kind, size_t messageBytes, size_t outputBytes,
                           const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                          std::vector<engine::PeerBuffers>& peers) {
+                          std::vector<engine::PeerBuffers>& peers, uint32_t choice = 0) {
   engine::ShmSync& sm = shared(ctx);
   const bool ordinary = sm.peerReadsEnabled() && singleCopyPays(kind, messageBytes, outputBytes);
   if (!ordinary && (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled())) return false;
-  return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary);
+  return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary, choice);
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

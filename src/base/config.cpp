@@ -309,6 +309,16 @@ const Setting kSettings[] = {
        return true;
      },
      [](const EnvConfig& c) { return c.stageWrite.empty() ? std::string("auto") : c.stageWrite; }},
+    // Single copy or staging for the allreduce: timed (by rank 0, the default) or the size ranges.
+    {"CHORUS_SINGLE_COPY_CHOICE", "must be timed or ranges",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "timed" && s != "ranges") return false;
+       c.singleCopyChoice = s == "timed" ? std::string() : s;
+       return true;
+     },
+     [](const EnvConfig& c) {
+       return c.singleCopyChoice.empty() ? std::string("timed") : c.singleCopyChoice;
+     }},
     // How waiting ranks pass the time: auto (by ranks per core), spin, yield or sleep.
     {"CHORUS_WAIT", "must be auto, spin, adaptive, yield or sleep",
      [](const std::string& s, EnvConfig& c) {

@@ -75,6 +75,9 @@ struct EnvConfig {
   /// CHORUS_STAGE_WRITE: how reductions into the staging area are written: "" (auto: timed by each
   /// rank), "stores" or "memcpy" (engine/staging_writes.hpp).
   std::string stageWrite;
+  /// CHORUS_SINGLE_COPY_CHOICE: how the allreduce picks single copy or staging where either may
+  /// win: "" (timed by rank 0) or "ranges" (the measured size ranges; engine/single_copy_choice.hpp).
+  std::string singleCopyChoice;
   /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.
   std::string topoFile;
   std::string topoDumpFile;

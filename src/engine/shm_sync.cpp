@@ -139,7 +139,7 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                              std::vector<PeerBuffers>& peers, bool ordinaryToo) {
+                              std::vector<PeerBuffers>& peers, bool ordinaryToo, uint32_t choice) {
   ordinaryToo = ordinaryToo && peerReadsEnabled();
   if (!zeroCopy_ && !ordinaryToo) return false;
   const int n = size(), me = rank();
@@ -153,6 +153,7 @@ bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, si
   // have this rank read its buffer past its end. Every rank compares, so every rank refuses.
   own.call = inCall_ ? call_ : transport::CallFingerprint{};
   own.usable = zeroCopy_ && (!sendBytes || own.send.valid()) && (!recvBytes || own.recv.valid());
+  own.choice = choice;
   tsanReleaseShm();
   group_.publishBuffers(seq, own);
   // Zero copy needs every rank's buffers: a rank whose own are ordinary memory knows the answer and
@@ -188,6 +189,7 @@ bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, si
     const transport::PublishedBuffers& b = theirs[static_cast<size_t>(k)];
     p.inPlace = b.sendAddress == b.recvAddress;
     p.mapped = allUsable;
+    p.choice = b.choice;
     if (k == me || (!allUsable && group_.remotePid(k) == 0)) {
       // This rank's own buffers, or (single copy) those of a rank of this process.
       p.send = reinterpret_cast<const std::byte*>(static_cast<uintptr_t>(b.sendAddress));

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "base/op.hpp"
+#include "engine/single_copy_choice.hpp"
 #include "engine/staging_writes.hpp"
 #include "engine/waiter.hpp"
 #include "kernels/cpu/reduce.hpp"
@@ -61,6 +62,7 @@ struct PeerBuffers {
   int pid = 0;
   bool inPlace = false;  // the rank's send and receive buffers start at one address
   bool mapped = false;   // zero copy: every rank's buffers are chorusMemAlloc memory (same on all)
+  uint32_t choice = 0;   // the word the rank passed to exchangeBuffers
 };
 
 class ShmSync {
@@ -89,6 +91,8 @@ class ShmSync {
   int nextStageHalf() { return stageHalf_ ^= 1; }
   /// How this rank writes reductions into its staging area (timed per rank, staging_writes.hpp).
   StagingWrites& stagingWrites() { return stagingWrites_; }
+  /// Whether the allreduce pulls or stages ordinary buffers (rank 0 decides, single_copy_choice.hpp).
+  SingleCopyChoice& singleCopyChoice() { return singleCopyChoice_; }
   /// Publishes `bytes` (<= llCapacity()) of `mine` and copies every rank's message, own included,
   /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; it is
   /// also a synchronisation of all ranks.
@@ -103,8 +107,9 @@ class ShmSync {
   /// With `ordinaryToo` (single copy: the caller reads peers' buffers only through readPeer), the
   /// answer is true also for ordinary memory where peerReadsEnabled(): every rank then waits for
   /// every rank's buffers, so `ordinaryToo` must be the same on every rank (a function of the call).
+  /// `choice` travels with this rank's buffers to every rank's PeerBuffers::choice.
   bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
-                       std::vector<PeerBuffers>& peers, bool ordinaryToo = false);
+                       std::vector<PeerBuffers>& peers, bool ordinaryToo = false, uint32_t choice = 0);
   bool zeroCopyEnabled() const { return zeroCopy_; }
   /// Whether every rank can read every other rank's ordinary memory in place (ShmGroup's probe).
   bool peerReadsEnabled() const { return group_.peerMemoryReadable(); }
@@ -147,6 +152,7 @@ class ShmSync {
   uint64_t syncCounter_ = 0;
   int stageHalf_ = 1;
   StagingWrites stagingWrites_{stagingWritesPolicy()};
+  SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;
   uint64_t bufferSeq_ = 0;
   // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive

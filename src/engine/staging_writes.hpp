@@ -6,12 +6,13 @@
 // EPYC) memcpy's whole-line writes take the lines from the other cache several times faster than
 // stores. A VM's host may move its vCPUs between the two while a job runs, so each rank times
 // its own reductions both ways and uses the faster, trying the other now and then. The results
-// are the same bit for bit either way, so ranks need not agree.
+// are the same bit for bit either way, so ranks need not agree (TimedChoice does the timing).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/timed_choice.hpp"
 #include "kernels/cpu/reduce.hpp"
 
 namespace chorus::engine {
@@ -23,12 +24,10 @@ class StagingWrites {
 
   /// Reductions writing less than this are not timed (too short to tell) and use the stores.
   static constexpr size_t kTimedBytes = 16 * 1024;
-  /// Timed reductions each way before the faster one is chosen.
-  static constexpr uint32_t kWarmUp = 2;
-  /// Once warm, every kExplore-th timed reduction goes the other way, to notice a move.
-  static constexpr uint32_t kExplore = 16;
-  /// The way not in use takes over when its estimate is this much lower (a fraction).
-  static constexpr double kSwitchMargin = 0.05;
+  /// The timing's constants (TimedChoice): warm-up runs each way, the exploration period, the
+  /// margin for a switch.
+  static constexpr uint32_t kWarmUp = TimedChoice::kWarmUp;
+  static constexpr uint32_t kExplore = TimedChoice::kExplore;
 
   explicit StagingWrites(Policy policy = Policy::Auto) : policy_(policy) {}
 
@@ -41,10 +40,10 @@ class StagingWrites {
 
   /// Estimated nanoseconds per KiB written each way (0 before the first sample), for the log and
   /// tests.
-  double storesNsPerKiB() const { return cost_[kStores]; }
-  double memcpyNsPerKiB() const { return cost_[kMemcpy]; }
+  double storesNsPerKiB() const { return choice_.cost(kStores); }
+  double memcpyNsPerKiB() const { return choice_.cost(kMemcpy); }
   /// The way in use once warm (explorations aside).
-  kernels::CopyMode current() const { return modeOf(best_); }
+  kernels::CopyMode current() const { return modeOf(choice_.current()); }
 
  private:
   static constexpr int kStores = 0, kMemcpy = 1;
@@ -53,10 +52,7 @@ class StagingWrites {
   }
 
   Policy policy_;
-  double cost_[2] = {0, 0};  // moving average, ns per KiB
-  uint32_t samples_[2] = {0, 0};
-  uint64_t timed_ = 0;  // timed reductions so far
-  int best_ = kStores;  // the way in use once warm
+  TimedChoice choice_{kStores};  // ns per KiB written
 };
 
 /// CHORUS_STAGE_WRITE's policy (envConfig()).

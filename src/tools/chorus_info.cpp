@@ -183,6 +183,7 @@ void printJson(const Facts& f) {
                      {"nt_copy_pages", kernels::streamPages()},
                      {"nt_copy_pages_from", kernels::streamPagesBasis()},
                      {"stage_write", configValue("CHORUS_STAGE_WRITE")},
+                     {"single_copy_choice", configValue("CHORUS_SINGLE_COPY_CHOICE")},
                      {"shm_stage_bytes", config.shmStageBytes},
                      {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
@@ -251,6 +252,12 @@ void printSetup(const Facts& f) {
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   if (f.singleCopyReady)
     std::printf("                   %s\n", singleCopySpeed(f.singleCopySpeed, env).c_str());
+  const std::string choice = configValue("CHORUS_SINGLE_COPY_CHOICE");
+  std::printf("                   allreduce: single copy or staging %s (CHORUS_SINGLE_COPY_CHOICE=%s)\n",
+              env.cmaMinBytes     ? "forced to single copy by CHORUS_CMA"
+              : choice == "timed" ? "timed by the host's first rank, per size"
+                                  : "by the measured size ranges",
+              choice.c_str());
   std::printf(
       "                   heap buffers of allreduce, reduce-scatter, all-gather, broadcast and all-to-all "
       "read in place, point-to-point messages from %s sent by address (ranks of one process: always): "

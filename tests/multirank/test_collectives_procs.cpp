@@ -84,6 +84,49 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   }
 }
 
+// Single copy or staging for the allreduce (engine/single_copy_choice.hpp): rank 0 decides, its
+// verdict travels in the buffer exchange, and every rank follows it call by call. Timed (the
+// default), rank 0 tries each way twice per size class, then the slower every kExplore-th call, so
+// 22 calls of one size take both paths: every rank must have taken the same ones, every result
+// exact. Under CHORUS_CMA=<size> every such call pulls.
+TEST(SingleCopyChoiceProcesses, EveryRankTakesRankZerosPath) {
+  Communicator& c = comm();
+  ASSERT_GE(c.size(), 2) << "run this test under chorusrun -n 2 (or more)";
+  engine::ShmSync* sm = c.impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  engine::SingleCopyChoice& choice = sm->singleCopyChoice();
+  const uint64_t pulled0 = choice.pulledCalls(), staged0 = choice.stagedCalls();
+  constexpr int kCalls = 2 * 2 * engine::TimedChoice::kWarmUp + engine::TimedChoice::kExplore + 2;
+  constexpr size_t kCount = 128 * 1024;  // 512 KiB of float32
+  for (bool inPlace : {false, true}) {
+    for (int i = 0; i < kCalls; ++i) {
+      const Case k{Coll::AllReduce, DataType::Float32, i % 2 ? ReduceOp::Avg : ReduceOp::Sum,
+                   kCount,          inPlace,           0};
+      std::string report;
+      ASSERT_EQ(runCase(c, k, &report), 0u) << "rank " << c.rank() << ": call " << i << ": " << report;
+    }
+  }
+  const double mine[2] = {static_cast<double>(choice.pulledCalls() - pulled0),
+                          static_cast<double>(choice.stagedCalls() - staged0)};
+  std::vector<double> all(2 * static_cast<size_t>(c.size()));
+  c.allGather(mine, all.data(), 2, DataType::Float64);
+  for (int r = 0; r < c.size(); ++r) {
+    EXPECT_EQ(all[2 * static_cast<size_t>(r)], mine[0]) << "rank " << r << " pulled in other calls";
+    EXPECT_EQ(all[2 * static_cast<size_t>(r) + 1], mine[1]) << "rank " << r << " staged in other calls";
+  }
+  if (!sm->peerReadsEnabled()) {
+    EXPECT_EQ(mine[0] + mine[1], 0.0) << "no buffer exchange without single copy";
+    return;
+  }
+  EXPECT_EQ(mine[0] + mine[1], 2.0 * kCalls) << "every call asked rank 0";
+  if (envConfig().cmaMinBytes) {
+    EXPECT_EQ(mine[1], 0.0) << "CHORUS_CMA=<size> forces single copy";
+  } else if (choice.policy() == engine::SingleCopyChoice::Policy::Timed) {
+    EXPECT_GE(mine[0], 2.0 * (engine::TimedChoice::kWarmUp + 1)) << "pulled too seldom";
+    EXPECT_GE(mine[1], 2.0 * (engine::TimedChoice::kWarmUp + 1)) << "staged too seldom";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CollectivesProcesses,
                          ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
                                            Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::AllToAllv,

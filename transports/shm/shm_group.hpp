@@ -82,6 +82,7 @@ struct PublishedBuffers {
   uint64_t sendAddress = 0;    // their addresses in the owner's address space
   uint64_t recvAddress = 0;
   bool usable = false;   // every buffer the rank needs is in chorusMemAlloc memory
+  uint32_t choice = 0;   // a word the algorithm passes along (the allreduce: rank 0's path)
   CallFingerprint call;  // the collective they are for
 };
 

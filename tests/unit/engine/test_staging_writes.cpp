@@ -1,5 +1,5 @@
 // engine::StagingWrites: how a rank writes reductions into its staging area. Fed made-up timings:
-// it tries both ways, settles on the faster, tries the other every kExplore-th reduction, follows a
+// it tries both ways, settles on the faster, tries the other from time to time, follows a
 // change of which is faster within a few samples, shrugs off one descheduled sample, never times
 // small reductions, and the forced policies (CHORUS_STAGE_WRITE) never change.
 #include <gtest/gtest.h>
@@ -44,10 +44,12 @@ TEST(StagingWrites, TriesBothThenKeepsTheFasterExploringTheOther) {
   // The warm-up alternates, starting with the stores.
   for (uint32_t i = 0; i < 2 * StagingWrites::kWarmUp; ++i)
     EXPECT_EQ(ways[i], i % 2 == 0 ? CopyMode::Cached : CopyMode::Handoff) << i;
-  // Then memcpy, but for one reduction in kExplore.
+  // Then memcpy, but for the stores' tries: the first at the kExplore-th reduction, the next
+  // twice as far on (each try finds them slower: TimedChoice).
   const size_t warm = 2 * StagingWrites::kWarmUp;
-  EXPECT_EQ(count(ways, CopyMode::Cached, warm), 4);
-  EXPECT_EQ(count(ways, CopyMode::Handoff, warm), static_cast<int>(ways.size() - warm) - 4);
+  EXPECT_EQ(count(ways, CopyMode::Cached, warm), 2);
+  EXPECT_EQ(ways[StagingWrites::kExplore - 1], CopyMode::Cached);
+  EXPECT_EQ(ways[3 * StagingWrites::kExplore - 1], CopyMode::Cached);
   EXPECT_EQ(w.current(), CopyMode::Handoff);
   EXPECT_NEAR(w.memcpyNsPerKiB(), 2000.0 * 1024 / kBytes, 1e-9);
   EXPECT_NEAR(w.storesNsPerKiB(), 4600.0 * 1024 / kBytes, 1e-9);
@@ -73,7 +75,7 @@ TEST(StagingWrites, FollowsAChangeOfPlacementBothWays) {
   twoComplexes = false;
   ways = run(w, 8 * StagingWrites::kExplore, cost);
   EXPECT_EQ(w.current(), CopyMode::Cached);
-  EXPECT_EQ(count(ways, CopyMode::Cached, ways.size() - StagingWrites::kExplore),
+  EXPECT_GE(count(ways, CopyMode::Cached, ways.size() - StagingWrites::kExplore),
             static_cast<int>(StagingWrites::kExplore) - 1);
 }
 

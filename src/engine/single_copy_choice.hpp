@@ -1,0 +1,59 @@
+// Whether the allreduce of ordinary buffers between processes reads its peers' inputs in place
+// (single copy: algo::reducePulled) or stages them, for the messages where either may win. Which is
+// faster depends on where the host runs the ranks, not only on the size: on a VM whose host moves
+// its vCPUs, staging was up to 1.5x faster at 256 KiB-4 MiB with the two vCPUs close, and single
+// copy 1.2-1.3x faster with them far apart (docs/performance.md, "Single copy or staging, timed").
+//
+// Both paths need every rank to take the same one, so group rank 0 decides for all: it times its
+// own calls each way, per size class (a power of two) and per whether any rank works in place
+// (TimedChoice), and its verdict travels with its buffers in the buffer exchange that every such
+// call makes first. The other ranks follow it; all ranks count the calls each way (tests).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "engine/timed_choice.hpp"
+
+namespace chorus::engine {
+
+class SingleCopyChoice {
+ public:
+  /// CHORUS_SINGLE_COPY_CHOICE: timed (the default), or the measured size ranges only
+  /// (algo::pullingPays), as also when CHORUS_CMA=<size> forces single copy.
+  enum class Policy { Timed, Ranges };
+
+  explicit SingleCopyChoice(Policy policy = Policy::Timed) : policy_(policy) {}
+
+  /// Rank 0, before the buffer exchange of a call of `bytes`: the verdict it publishes. The
+  /// ranges' answers for the call (`pullOutOfPlace` when no rank works in place, `pullInPlace` when
+  /// one does) are the first way tried, and the answer under Policy::Ranges.
+  uint32_t verdict(size_t bytes, bool pullOutOfPlace, bool pullInPlace);
+  /// Every rank, after the exchange: whether rank 0's `verdict` says to pull. Counted.
+  bool follow(uint32_t verdict, bool anyInPlace);
+  /// Rank 0, after the call: it took `ns` nanoseconds the way `follow` said.
+  void record(size_t bytes, bool anyInPlace, bool pulled, uint64_t ns);
+
+  Policy policy() const { return policy_; }
+  /// Calls this rank pulled and staged so far (of those that asked).
+  uint64_t pulledCalls() const { return calls_[1]; }
+  uint64_t stagedCalls() const { return calls_[0]; }
+  /// Rank 0's estimates for a class, ns per KiB each way (0: not timed yet), for tests and logs.
+  double nsPerKiB(size_t bytes, bool anyInPlace, bool pulled) const;
+
+ private:
+  static constexpr int kClasses = 64;  // by the position of the size's highest bit
+  static size_t classOf(size_t bytes, bool anyInPlace);
+
+  Policy policy_;
+  std::array<std::optional<TimedChoice>, 2 * kClasses> classes_;
+  uint64_t calls_[2] = {0, 0};
+};
+
+/// CHORUS_SINGLE_COPY_CHOICE's policy (envConfig()); Ranges also where CHORUS_CMA=<size> forces
+/// single copy.
+SingleCopyChoice::Policy singleCopyChoicePolicy();
+
+}  // namespace chorus::engine

@@ -1,0 +1,160 @@
+// engine::SingleCopyChoice: single copy or staging for the allreduce, decided by rank 0. Fed
+// made-up timings: under Policy::Ranges the verdict is the ranges' answer and never moves; timed,
+// it tries the ranges' way first, then each way twice, keeps the faster and tries the other every
+// kExplore-th call; sizes of one power of two share a class, other sizes and the in-place case
+// do not; following a verdict counts the calls each way. And TimedChoice, the timing under both
+// it and StagingWrites: how often it tries the slower way.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/single_copy_choice.hpp"
+
+using namespace chorus::engine;
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// Rank 0's side of `n` calls of `bytes` (no rank in place unless `inPlace`), each taking what
+// `costNs(pulled)` says; returns whether each call pulled.
+template <typename F>
+std::vector<bool> run(SingleCopyChoice& c, size_t bytes, bool inPlace, int n, F costNs,
+                      bool rangesPull = true) {
+  std::vector<bool> pulled;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t v = c.verdict(bytes, rangesPull, rangesPull);
+    const bool pull = c.follow(v, inPlace);
+    pulled.push_back(pull);
+    c.record(bytes, inPlace, pull, costNs(pull));
+  }
+  return pulled;
+}
+
+int count(const std::vector<bool>& pulled, bool value, size_t from = 0) {
+  int k = 0;
+  for (size_t i = from; i < pulled.size(); ++i) k += pulled[i] == value;
+  return k;
+}
+
+// Runs `n` timed runs each costing costOf(way); returns the ways.
+template <typename F>
+std::vector<int> runTimed(TimedChoice& t, int n, F costOf) {
+  std::vector<int> ways;
+  for (int i = 0; i < n; ++i) {
+    ways.push_back(t.next());
+    t.record(ways.back(), costOf(ways.back()));
+  }
+  return ways;
+}
+
+TEST(TimedChoice, TriesTheSlowerWayHalfAsOftenEachTimeDownToAFloor) {
+  TimedChoice t;
+  auto ways = runTimed(t, 1000, [](int way) { return way == 1 ? 170.0 : 100.0; });
+  // Warm-up 0, 1, 0, 1; then the tries of way 1 at runs 16, 48, 112, 240, and every 128th on.
+  std::vector<size_t> tries;
+  for (size_t i = 2 * TimedChoice::kWarmUp; i < ways.size(); ++i)
+    if (ways[i] == 1) tries.push_back(i + 1);
+  EXPECT_EQ(tries, (std::vector<size_t>{16, 48, 112, 240, 368, 496, 624, 752, 880}));
+  EXPECT_EQ(t.explorePeriod(), TimedChoice::kMaxExplore);
+  EXPECT_EQ(t.current(), 0);
+}
+
+TEST(TimedChoice, ATryNotSlowerBringsTheTriesBackAndASwitchFollows) {
+  TimedChoice t;
+  bool changed = false;
+  auto cost = [&](int way) { return way == 1 ? (changed ? 60.0 : 170.0) : 100.0; };
+  runTimed(t, 300, cost);
+  ASSERT_EQ(t.explorePeriod(), TimedChoice::kMaxExplore);
+  // Way 1 becomes faster: its next try (at most kMaxExplore runs away) is not slower, so the
+  // period falls back to kExplore, and within a few more tries way 1 takes over.
+  changed = true;
+  runTimed(t, static_cast<int>(TimedChoice::kMaxExplore + 4 * TimedChoice::kExplore), cost);
+  EXPECT_EQ(t.current(), 1);
+  EXPECT_GT(t.explorePeriod(), TimedChoice::kExplore);  // way 0's tries since, found slower, back off
+}
+
+TEST(SingleCopyChoice, RangesPolicyPublishesTheRangesAnswers) {
+  SingleCopyChoice c(SingleCopyChoice::Policy::Ranges);
+  for (int i = 0; i < 40; ++i) {
+    const uint32_t v = c.verdict(kMiB, /*pullOutOfPlace=*/true, /*pullInPlace=*/false);
+    EXPECT_TRUE(c.follow(v, false));
+    EXPECT_FALSE(c.follow(v, true));
+    c.record(kMiB, false, true, 1000000);  // slow, but not timed
+  }
+  EXPECT_EQ(c.nsPerKiB(kMiB, false, true), 0.0);
+  EXPECT_EQ(c.pulledCalls(), 40u);
+  EXPECT_EQ(c.stagedCalls(), 40u);
+}
+
+TEST(SingleCopyChoice, TimedTriesTheRangesWayFirstThenKeepsTheFaster) {
+  SingleCopyChoice c;
+  ASSERT_EQ(c.policy(), SingleCopyChoice::Policy::Timed);
+  // The ranges say pull; staging is 1.5x faster (two vCPUs sharing a cache).
+  auto pulled = run(c, kMiB, false, 4 + 4 * TimedChoice::kExplore,
+                    [](bool pull) { return pull ? uint64_t{300000} : uint64_t{200000}; });
+  for (uint32_t i = 0; i < 2 * TimedChoice::kWarmUp; ++i) EXPECT_EQ(pulled[i], i % 2 == 0) << i;
+  const size_t warm = 2 * TimedChoice::kWarmUp;
+  EXPECT_EQ(count(pulled, true, warm), 2);  // calls 16 and 48 (TimedChoice's tries)
+  EXPECT_EQ(count(pulled, false, warm), static_cast<int>(pulled.size() - warm) - 2);
+  EXPECT_NEAR(c.nsPerKiB(kMiB, false, false), 200000.0 / 1024, 1e-9);
+  EXPECT_NEAR(c.nsPerKiB(kMiB, false, true), 300000.0 / 1024, 1e-9);
+  // Where the ranges say stage, staging is tried first.
+  SingleCopyChoice d;
+  pulled = run(
+      d, kMiB, false, 2, [](bool) { return uint64_t{1000}; }, /*rangesPull=*/false);
+  EXPECT_EQ(pulled, (std::vector<bool>{false, true}));
+}
+
+TEST(SingleCopyChoice, SizesOfOnePowerOfTwoShareAClassInPlaceApart) {
+  SingleCopyChoice c;
+  // 1 MiB out of place: staging faster.
+  run(c, kMiB, false, 40, [](bool pull) { return pull ? uint64_t{400000} : uint64_t{200000}; });
+  // 1.5 MiB is timed with it: staged at once (per KiB, the same costs).
+  EXPECT_FALSE(c.follow(c.verdict(kMiB + kMiB / 2, true, true), false));
+  // 2 MiB, and 1 MiB with a rank in place, start over with the ranges' way (pull) first.
+  EXPECT_TRUE(c.follow(c.verdict(2 * kMiB, true, true), false));
+  EXPECT_TRUE(c.follow(c.verdict(kMiB, true, true), true));
+  EXPECT_EQ(c.nsPerKiB(2 * kMiB, false, false), 0.0);
+  EXPECT_EQ(c.nsPerKiB(kMiB, true, false), 0.0);
+  // A verdict carries both answers: out of place staged, in place pulled, in one word.
+  run(c, kMiB, true, 40, [](bool pull) { return pull ? uint64_t{100000} : uint64_t{200000}; });
+  const uint32_t v = c.verdict(kMiB, true, true);
+  if (v != c.verdict(kMiB, true, true)) GTEST_FAIL() << "verdict() changed state";
+  // (40 calls: the next call of either class is no exploration.)
+  EXPECT_FALSE(c.follow(v, false));
+  EXPECT_TRUE(c.follow(v, true));
+}
+
+TEST(SingleCopyChoice, FollowsAPlacementChange) {
+  SingleCopyChoice c;
+  bool close = true;  // close: staging 1.4x faster; far: pulling 1.3x faster
+  auto cost = [&](bool pull) {
+    if (close) return pull ? uint64_t{280000} : uint64_t{200000};
+    return pull ? uint64_t{400000} : uint64_t{520000};
+  };
+  run(c, 4 * kMiB, false, 40, cost);
+  EXPECT_FALSE(c.follow(c.verdict(4 * kMiB, true, true), false));
+  // The host moves the vCPUs apart: staging, in use, slows at once; pulling takes over at its next
+  // exploration or the one after.
+  close = false;
+  auto pulled = run(c, 4 * kMiB, false, 2 * TimedChoice::kExplore + 8, cost);
+  EXPECT_TRUE(c.follow(c.verdict(4 * kMiB, true, true), false));  // (call 81: no exploration)
+  EXPECT_GE(count(pulled, true, pulled.size() - TimedChoice::kExplore),
+            static_cast<int>(TimedChoice::kExplore) - 1);
+}
+
+TEST(SingleCopyChoice, OnlyTheRankThatGaveAVerdictTimes) {
+  SingleCopyChoice c;
+  // Ranks other than 0 follow rank 0's verdict and record nothing of their own.
+  c.record(kMiB, false, true, 5000);
+  EXPECT_EQ(c.nsPerKiB(kMiB, false, true), 0.0);
+  EXPECT_TRUE(c.follow(1, false));
+  EXPECT_FALSE(c.follow(1, true));
+  EXPECT_TRUE(c.follow(2, true));
+  EXPECT_EQ(c.pulledCalls(), 2u);
+  EXPECT_EQ(c.stagedCalls(), 1u);
+}
+
+}  // namespace
