@@ -151,9 +151,9 @@ void allReduceDirect(Context& ctx, const Op& op) {
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp).
   engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
+  const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, bytes, bytes);
   const uint32_t verdict =
-      me == 0 ? choice.verdict(bytes, pullingPays(op.kind, bytes, false), pullingPays(op.kind, bytes, true))
-              : 0;
+      asks ? choice.verdict(bytes, pullingPays(op.kind, bytes, false), pullingPays(op.kind, bytes, true)) : 0;
   const auto start = std::chrono::steady_clock::now();
   std::vector<engine::PeerBuffers> peers;
   if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers, verdict)) {
@@ -167,7 +167,7 @@ void allReduceDirect(Context& ctx, const Op& op) {
     } else {
       allReduceStaged(ctx, op);
     }
-    if (me == 0) {
+    if (asks) {
       choice.record(bytes, anyInPlace, pull,
                     static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                               std::chrono::steady_clock::now() - start)

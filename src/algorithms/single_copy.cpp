@@ -50,6 +50,10 @@
 //               3477 / 3557, 16 MiB 4238 / 6153, 7133 / 7365 and 6814 / 7279). all_gather keeps
 //               its range: there staging won by 12-45% from 8 MiB in one A/B and lost by 5-20% in
 //               another, by where the host placed the vCPUs.
+//   Timed (allreduce): on a VM whose host moves its two vCPUs, which of the two wins at 256 KiB to
+//               16 MiB follows where they run (staging up to 1.8x faster with them close, single
+//               copy 1.2-1.8x faster with them far apart), so the allreduce's ranges above are
+//               only the way rank 0 tries first: it times both (engine/single_copy_choice.hpp).
 //   4 ranks on 2 cores: single copy loses everywhere (1.1-2x): ranks waiting for each other at the
 //               buffer exchange share cores. The communicator offers no in-place reads then.
 #include "algorithms/common.hpp"
