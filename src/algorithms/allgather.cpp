@@ -1,5 +1,6 @@
 // AllGather: direct (shared staging) and ring.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "algorithms/common.hpp"
@@ -7,27 +8,13 @@
 
 namespace chorus::algo {
 
-void allGatherDirect(Context& ctx, const Op& op) {
-  if (op.count == 0) return;
+namespace {
+
+// Every rank stages its input, chunk by chunk, and copies the peers' chunks out of their staging
+// areas into its output.
+void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode store) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
-  const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
-  // Against the threshold: the mean of output and input per rank, as for the collectives whose
-  // output is their input's size (its working set is (n + 1) / 2n of theirs per output byte).
-  const kernels::CopyMode store = outputCopyMode((static_cast<size_t>(n) + 1) * op.count * elem / 2);
-  std::vector<engine::PeerBuffers> peers;
-  if (trySingleCopy(ctx, op.kind, op.count * elem, static_cast<size_t>(n) * op.count * elem, op.send,
-                    op.count * elem, op.recv, 0, peers)) {
-    // Zero or single copy: every rank copies the peers' inputs straight into its output.
-    for (int k = 0; k < n; ++k) {
-      if (k == me && inPlace) continue;
-      shared(ctx).readPeer(k, peers[static_cast<size_t>(k)],
-                           at(op.recv, static_cast<size_t>(k) * op.count, elem),
-                           peers[static_cast<size_t>(k)].send, op.count * elem, store);
-    }
-    shared(ctx).syncAll();  // nobody reads this rank's input any more
-    return;
-  }
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
@@ -46,6 +33,52 @@ void allGatherDirect(Context& ctx, const Op& op) {
                         ce * elem, store);
         }
       });
+}
+
+}  // namespace
+
+void allGatherDirect(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size(), me = ctx.rank();
+  const size_t elem = dataTypeSize(op.type), block = op.count * elem;
+  const bool inPlace = at(op.recv, static_cast<size_t>(me) * op.count, elem) == op.send;
+  // Against the threshold: the mean of output and input per rank, as for the collectives whose
+  // output is their input's size (its working set is (n + 1) / 2n of theirs per output byte).
+  const kernels::CopyMode store = outputCopyMode((static_cast<size_t>(n) + 1) * block / 2);
+  // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
+  // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy.
+  engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
+  const size_t output = static_cast<size_t>(n) * block;
+  const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, block, output);
+  const uint32_t verdict = asks ? choice.verdict(op.kind, block, true, true) : 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<engine::PeerBuffers> peers;
+  if (!trySingleCopy(ctx, op.kind, block, output, op.send, block, op.recv, 0, peers, verdict)) {
+    return allGatherStaged(ctx, op, inPlace, store);
+  }
+  const bool mapped = peers[static_cast<size_t>(me)].mapped;
+  bool anyInPlace = false;  // a rank whose block of the output is its input
+  for (int k = 0; k < n; ++k) {
+    const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
+    anyInPlace = anyInPlace || p.send == p.recv + static_cast<size_t>(k) * block;
+  }
+  const bool single = mapped || choice.follow(peers[0].choice, anyInPlace);
+  if (single) {
+    // Zero or single copy: every rank copies the peers' inputs straight into its output.
+    for (int k = 0; k < n; ++k) {
+      if (k == me && inPlace) continue;
+      shared(ctx).readPeer(k, peers[static_cast<size_t>(k)],
+                           at(op.recv, static_cast<size_t>(k) * op.count, elem),
+                           peers[static_cast<size_t>(k)].send, block, store);
+    }
+    shared(ctx).syncAll();  // nobody reads this rank's input any more
+  } else {
+    allGatherStaged(ctx, op, inPlace, store);  // nobody reads this rank's buffers: no more syncs
+  }
+  if (asks && !mapped) {
+    choice.record(op.kind, block, anyInPlace, single,
+                  nsSince(start));
+  }
 }
 
 void allGatherRing(Context& ctx, const Op& op) {

@@ -108,9 +108,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
                     avgDivisor(op, n), how);
     if (timed) {
       writes.record(how, outBytes,
-                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              std::chrono::steady_clock::now() - start)
-                                              .count()));
+                    nsSince(start));
     }
   };
   auto copyOut = [&](const Chunk& c) {
@@ -152,8 +150,9 @@ void allReduceDirect(Context& ctx, const Op& op) {
   // rank 0 times the calls each way (engine/single_copy_choice.hpp).
   engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
   const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, bytes, bytes);
-  const uint32_t verdict =
-      asks ? choice.verdict(bytes, pullingPays(op.kind, bytes, false), pullingPays(op.kind, bytes, true)) : 0;
+  const uint32_t verdict = asks ? choice.verdict(op.kind, bytes, pullingPays(op.kind, bytes, false),
+                                                 pullingPays(op.kind, bytes, true))
+                                : 0;
   const auto start = std::chrono::steady_clock::now();
   std::vector<engine::PeerBuffers> peers;
   if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers, verdict)) {
@@ -168,10 +167,8 @@ void allReduceDirect(Context& ctx, const Op& op) {
       allReduceStaged(ctx, op);
     }
     if (asks) {
-      choice.record(bytes, anyInPlace, pull,
-                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              std::chrono::steady_clock::now() - start)
-                                              .count()));
+      choice.record(op.kind, bytes, anyInPlace, pull,
+                    nsSince(start));
     }
     return;
   }

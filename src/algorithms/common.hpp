@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -129,6 +130,12 @@ inline bool trySingleCopy(Context& ctx, OpKind kind, size_t messageBytes, size_t
   const bool ordinary = sm.peerReadsEnabled() && singleCopyPays(kind, messageBytes, outputBytes);
   if (!ordinary && (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled())) return false;
   return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary, choice);
+}
+
+/// Nanoseconds since `start` (steady clock), for the timed choices.
+inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

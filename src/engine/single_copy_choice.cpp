@@ -13,20 +13,22 @@ namespace {
 constexpr uint32_t kPullOutOfPlace = 1, kPullInPlace = 2;
 }  // namespace
 
-size_t SingleCopyChoice::classOf(size_t bytes, bool anyInPlace) {
-  const size_t log = bytes ? static_cast<size_t>(std::bit_width(bytes) - 1) : 0;
-  return 2 * log + (anyInPlace ? 1 : 0);
+const std::optional<TimedChoice>* SingleCopyChoice::find(OpKind kind, size_t bytes, bool anyInPlace) const {
+  const int slot = slotOf(kind);
+  if (slot < 0) return nullptr;
+  const int log = bytes ? std::bit_width(bytes) - 1 : 0;
+  return &classes_[static_cast<size_t>((slot * kClasses + log) * 2 + (anyInPlace ? 1 : 0))];
 }
 
-uint32_t SingleCopyChoice::verdict(size_t bytes, bool pullOutOfPlace, bool pullInPlace) {
+uint32_t SingleCopyChoice::verdict(OpKind kind, size_t bytes, bool pullOutOfPlace, bool pullInPlace) {
   const bool ranges[2] = {pullOutOfPlace, pullInPlace};
   uint32_t v = 0;
   for (int inPlace = 0; inPlace < 2; ++inPlace) {
     bool pull = ranges[inPlace];
-    if (policy_ == Policy::Timed) {
-      std::optional<TimedChoice>& c = classes_[classOf(bytes, inPlace != 0)];
-      if (!c) c.emplace(pull ? 1 : 0);
-      pull = c->next() == 1;
+    std::optional<TimedChoice>* c = find(kind, bytes, inPlace != 0);
+    if (policy_ == Policy::Timed && c) {
+      if (!*c) c->emplace(pull ? 1 : 0);
+      pull = (*c)->next() == 1;
     }
     if (pull) v |= inPlace ? kPullInPlace : kPullOutOfPlace;
   }
@@ -39,24 +41,24 @@ bool SingleCopyChoice::follow(uint32_t verdict, bool anyInPlace) {
   return pull;
 }
 
-void SingleCopyChoice::record(size_t bytes, bool anyInPlace, bool pulled, uint64_t ns) {
-  if (policy_ != Policy::Timed || bytes == 0) return;
-  std::optional<TimedChoice>& c = classes_[classOf(bytes, anyInPlace)];
-  if (!c) return;  // not asked for a verdict (not rank 0)
-  const bool wasWarm = c->warm();
-  const int before = c->current();
-  c->record(pulled ? 1 : 0, static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
-  if (c->warm() && (!wasWarm || c->current() != before)) {
-    logInfo(Subsys::Tuning, "allreduce of ", formatBytes(size_t{1} << (classOf(bytes, false) / 2)), " and up",
-            anyInPlace ? ", a rank in place" : "", ": ", c->current() == 1 ? "single copy" : "staging",
-            " (rank 0's estimates: single copy ", static_cast<uint64_t>(c->cost(1)), " ns/KiB, staging ",
-            static_cast<uint64_t>(c->cost(0)), ")");
+void SingleCopyChoice::record(OpKind kind, size_t bytes, bool anyInPlace, bool pulled, uint64_t ns) {
+  std::optional<TimedChoice>* c = find(kind, bytes, anyInPlace);
+  if (policy_ != Policy::Timed || bytes == 0 || !c || !*c) return;  // (not rank 0: no verdict asked)
+  TimedChoice& t = **c;
+  const bool wasWarm = t.warm();
+  const int before = t.current();
+  t.record(pulled ? 1 : 0, static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
+  if (t.warm() && (!wasWarm || t.current() != before)) {
+    logInfo(Subsys::Tuning, opKindName(kind), " of ", formatBytes(size_t{1} << (std::bit_width(bytes) - 1)),
+            " and up", anyInPlace ? ", a rank in place" : "", ": ",
+            t.current() == 1 ? "single copy" : "staging", " (rank 0's estimates: single copy ",
+            static_cast<uint64_t>(t.cost(1)), " ns/KiB, staging ", static_cast<uint64_t>(t.cost(0)), ")");
   }
 }
 
-double SingleCopyChoice::nsPerKiB(size_t bytes, bool anyInPlace, bool pulled) const {
-  const std::optional<TimedChoice>& c = classes_[classOf(bytes, anyInPlace)];
-  return c ? c->cost(pulled ? 1 : 0) : 0.0;
+double SingleCopyChoice::nsPerKiB(OpKind kind, size_t bytes, bool anyInPlace, bool pulled) const {
+  const std::optional<TimedChoice>* c = find(kind, bytes, anyInPlace);
+  return c && *c ? (*c)->cost(pulled ? 1 : 0) : 0.0;
 }
 
 SingleCopyChoice::Policy singleCopyChoicePolicy() {

@@ -1,20 +1,24 @@
-// Whether the allreduce of ordinary buffers between processes reads its peers' inputs in place
-// (single copy: algo::reducePulled) or stages them, for the messages where either may win. Which is
+// Whether the allreduce and all-gather of ordinary buffers between processes read their peers'
+// buffers in place (single copy: the allreduce's algo::reducePulled, the all-gather's reads of every
+// peer's block) or stage them, for the messages where either may win. Which is
 // faster depends on where the host runs the ranks, not only on the size: on a VM whose host moves
-// its vCPUs, staging was up to 1.5x faster at 256 KiB-4 MiB with the two vCPUs close, and single
-// copy 1.2-1.3x faster with them far apart (docs/performance.md, "Single copy or staging, timed").
+// its vCPUs, staging was up to 1.5x faster at 256 KiB-1 MiB out of place in one run, and single
+// copy up to 1.8x faster in place at the same sizes in another (docs/performance.md, "Single copy
+// or staging, timed").
 //
 // Both paths need every rank to take the same one, so group rank 0 decides for all: it times its
-// own calls each way, per size class (a power of two) and per whether any rank works in place
-// (TimedChoice), and its verdict travels with its buffers in the buffer exchange that every such
-// call makes first. The other ranks follow it; all ranks count the calls each way (tests).
+// own calls each way, per collective, size class (a power of two) and whether any rank works in
+// place (TimedChoice), and its verdict travels with its buffers in the buffer exchange that every
+// such call makes first. The other ranks follow it; all ranks count the calls each way (tests).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
+#include "base/op.hpp"
 #include "engine/timed_choice.hpp"
 
 namespace chorus::engine {
@@ -27,28 +31,39 @@ class SingleCopyChoice {
 
   explicit SingleCopyChoice(Policy policy = Policy::Timed) : policy_(policy) {}
 
-  /// Rank 0, before the buffer exchange of a call of `bytes`: the verdict it publishes. The
-  /// ranges' answers for the call (`pullOutOfPlace` when no rank works in place, `pullInPlace` when
-  /// one does) are the first way tried, and the answer under Policy::Ranges.
-  uint32_t verdict(size_t bytes, bool pullOutOfPlace, bool pullInPlace);
-  /// Every rank, after the exchange: whether rank 0's `verdict` says to pull. Counted.
+  /// Whether calls of `kind` are timed (allreduce and all-gather; the others keep their ranges).
+  static bool times(OpKind kind) { return slotOf(kind) >= 0; }
+  /// Rank 0, before the buffer exchange of a call of `kind` and `bytes` (the size singleCopyPays
+  /// takes): the verdict it publishes. The ranges' answers for the call (`pullOutOfPlace` when no
+  /// rank works in place, `pullInPlace` when one does) are the first way tried, and the answer
+  /// under Policy::Ranges or for a kind not timed.
+  uint32_t verdict(OpKind kind, size_t bytes, bool pullOutOfPlace, bool pullInPlace);
+  /// Every rank, after the exchange: whether rank 0's `verdict` says to read in place. Counted.
   bool follow(uint32_t verdict, bool anyInPlace);
   /// Rank 0, after the call: it took `ns` nanoseconds the way `follow` said.
-  void record(size_t bytes, bool anyInPlace, bool pulled, uint64_t ns);
+  void record(OpKind kind, size_t bytes, bool anyInPlace, bool pulled, uint64_t ns);
 
   Policy policy() const { return policy_; }
   /// Calls this rank pulled and staged so far (of those that asked).
   uint64_t pulledCalls() const { return calls_[1]; }
   uint64_t stagedCalls() const { return calls_[0]; }
   /// Rank 0's estimates for a class, ns per KiB each way (0: not timed yet), for tests and logs.
-  double nsPerKiB(size_t bytes, bool anyInPlace, bool pulled) const;
+  double nsPerKiB(OpKind kind, size_t bytes, bool anyInPlace, bool pulled) const;
 
  private:
+  static constexpr int kKinds = 2;     // allreduce, all-gather
   static constexpr int kClasses = 64;  // by the position of the size's highest bit
-  static size_t classOf(size_t bytes, bool anyInPlace);
+  static int slotOf(OpKind kind) {
+    return kind == OpKind::AllReduce ? 0 : kind == OpKind::AllGather ? 1 : -1;
+  }
+  // The class's TimedChoice, or null for a kind not timed.
+  const std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) const;
+  std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) {
+    return const_cast<std::optional<TimedChoice>*>(std::as_const(*this).find(kind, bytes, anyInPlace));
+  }
 
   Policy policy_;
-  std::array<std::optional<TimedChoice>, 2 * kClasses> classes_;
+  std::array<std::optional<TimedChoice>, static_cast<size_t>(kKinds * 2 * kClasses)> classes_;
   uint64_t calls_[2] = {0, 0};
 };
 

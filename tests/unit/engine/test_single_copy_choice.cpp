@@ -12,6 +12,7 @@
 #include "engine/single_copy_choice.hpp"
 
 using namespace chorus::engine;
+using chorus::OpKind;
 
 namespace {
 
@@ -24,10 +25,10 @@ std::vector<bool> run(SingleCopyChoice& c, size_t bytes, bool inPlace, int n, F 
                       bool rangesPull = true) {
   std::vector<bool> pulled;
   for (int i = 0; i < n; ++i) {
-    const uint32_t v = c.verdict(bytes, rangesPull, rangesPull);
+    const uint32_t v = c.verdict(OpKind::AllReduce, bytes, rangesPull, rangesPull);
     const bool pull = c.follow(v, inPlace);
     pulled.push_back(pull);
-    c.record(bytes, inPlace, pull, costNs(pull));
+    c.record(OpKind::AllReduce, bytes, inPlace, pull, costNs(pull));
   }
   return pulled;
 }
@@ -78,12 +79,12 @@ TEST(TimedChoice, ATryNotSlowerBringsTheTriesBackAndASwitchFollows) {
 TEST(SingleCopyChoice, RangesPolicyPublishesTheRangesAnswers) {
   SingleCopyChoice c(SingleCopyChoice::Policy::Ranges);
   for (int i = 0; i < 40; ++i) {
-    const uint32_t v = c.verdict(kMiB, /*pullOutOfPlace=*/true, /*pullInPlace=*/false);
+    const uint32_t v = c.verdict(OpKind::AllReduce, kMiB, /*pullOutOfPlace=*/true, /*pullInPlace=*/false);
     EXPECT_TRUE(c.follow(v, false));
     EXPECT_FALSE(c.follow(v, true));
-    c.record(kMiB, false, true, 1000000);  // slow, but not timed
+    c.record(OpKind::AllReduce, kMiB, false, true, 1000000);  // slow, but not timed
   }
-  EXPECT_EQ(c.nsPerKiB(kMiB, false, true), 0.0);
+  EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 0.0);
   EXPECT_EQ(c.pulledCalls(), 40u);
   EXPECT_EQ(c.stagedCalls(), 40u);
 }
@@ -98,8 +99,8 @@ TEST(SingleCopyChoice, TimedTriesTheRangesWayFirstThenKeepsTheFaster) {
   const size_t warm = 2 * TimedChoice::kWarmUp;
   EXPECT_EQ(count(pulled, true, warm), 2);  // calls 16 and 48 (TimedChoice's tries)
   EXPECT_EQ(count(pulled, false, warm), static_cast<int>(pulled.size() - warm) - 2);
-  EXPECT_NEAR(c.nsPerKiB(kMiB, false, false), 200000.0 / 1024, 1e-9);
-  EXPECT_NEAR(c.nsPerKiB(kMiB, false, true), 300000.0 / 1024, 1e-9);
+  EXPECT_NEAR(c.nsPerKiB(OpKind::AllReduce, kMiB, false, false), 200000.0 / 1024, 1e-9);
+  EXPECT_NEAR(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 300000.0 / 1024, 1e-9);
   // Where the ranges say stage, staging is tried first.
   SingleCopyChoice d;
   pulled = run(
@@ -112,16 +113,16 @@ TEST(SingleCopyChoice, SizesOfOnePowerOfTwoShareAClassInPlaceApart) {
   // 1 MiB out of place: staging faster.
   run(c, kMiB, false, 40, [](bool pull) { return pull ? uint64_t{400000} : uint64_t{200000}; });
   // 1.5 MiB is timed with it: staged at once (per KiB, the same costs).
-  EXPECT_FALSE(c.follow(c.verdict(kMiB + kMiB / 2, true, true), false));
+  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, kMiB + kMiB / 2, true, true), false));
   // 2 MiB, and 1 MiB with a rank in place, start over with the ranges' way (pull) first.
-  EXPECT_TRUE(c.follow(c.verdict(2 * kMiB, true, true), false));
-  EXPECT_TRUE(c.follow(c.verdict(kMiB, true, true), true));
-  EXPECT_EQ(c.nsPerKiB(2 * kMiB, false, false), 0.0);
-  EXPECT_EQ(c.nsPerKiB(kMiB, true, false), 0.0);
+  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, 2 * kMiB, true, true), false));
+  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, kMiB, true, true), true));
+  EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, 2 * kMiB, false, false), 0.0);
+  EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, true, false), 0.0);
   // A verdict carries both answers: out of place staged, in place pulled, in one word.
   run(c, kMiB, true, 40, [](bool pull) { return pull ? uint64_t{100000} : uint64_t{200000}; });
-  const uint32_t v = c.verdict(kMiB, true, true);
-  if (v != c.verdict(kMiB, true, true)) GTEST_FAIL() << "verdict() changed state";
+  const uint32_t v = c.verdict(OpKind::AllReduce, kMiB, true, true);
+  if (v != c.verdict(OpKind::AllReduce, kMiB, true, true)) GTEST_FAIL() << "verdict() changed state";
   // (40 calls: the next call of either class is no exploration.)
   EXPECT_FALSE(c.follow(v, false));
   EXPECT_TRUE(c.follow(v, true));
@@ -135,21 +136,49 @@ TEST(SingleCopyChoice, FollowsAPlacementChange) {
     return pull ? uint64_t{400000} : uint64_t{520000};
   };
   run(c, 4 * kMiB, false, 40, cost);
-  EXPECT_FALSE(c.follow(c.verdict(4 * kMiB, true, true), false));
+  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false));
   // The host moves the vCPUs apart: staging, in use, slows at once; pulling takes over at its next
   // exploration or the one after.
   close = false;
   auto pulled = run(c, 4 * kMiB, false, 2 * TimedChoice::kExplore + 8, cost);
-  EXPECT_TRUE(c.follow(c.verdict(4 * kMiB, true, true), false));  // (call 81: no exploration)
+  EXPECT_TRUE(
+      c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false));  // (call 81: no exploration)
   EXPECT_GE(count(pulled, true, pulled.size() - TimedChoice::kExplore),
             static_cast<int>(TimedChoice::kExplore) - 1);
+}
+
+TEST(SingleCopyChoice, AllGatherIsTimedApartOtherKindsKeepTheRanges) {
+  SingleCopyChoice c;
+  EXPECT_TRUE(SingleCopyChoice::times(OpKind::AllReduce));
+  EXPECT_TRUE(SingleCopyChoice::times(OpKind::AllGather));
+  EXPECT_FALSE(SingleCopyChoice::times(OpKind::ReduceScatter));
+  // The allreduce of 1 MiB settles on staging...
+  run(c, kMiB, false, 40, [](bool pull) { return pull ? uint64_t{400000} : uint64_t{200000}; });
+  // ...the all-gather of 1 MiB blocks starts over, single copy first, and settles on its own.
+  std::vector<bool> pulled;
+  for (int i = 0; i < 40; ++i) {
+    const bool pull = c.follow(c.verdict(OpKind::AllGather, kMiB, true, true), false);
+    pulled.push_back(pull);
+    c.record(OpKind::AllGather, kMiB, false, pull, pull ? 100000 : 300000);
+  }
+  EXPECT_TRUE(pulled[0]);
+  EXPECT_FALSE(pulled[1]);
+  EXPECT_EQ(count(pulled, false), 3);  // two to warm up, one try at the 16th call
+  EXPECT_NEAR(c.nsPerKiB(OpKind::AllGather, kMiB, false, true), 100000.0 / 1024, 1e-9);
+  EXPECT_NEAR(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 400000.0 / 1024, 1e-9);
+  // A kind not timed gets the ranges' answers, whatever was recorded.
+  c.record(OpKind::ReduceScatter, kMiB, false, true, 1);
+  EXPECT_EQ(c.nsPerKiB(OpKind::ReduceScatter, kMiB, false, true), 0.0);
+  const uint32_t v = c.verdict(OpKind::ReduceScatter, kMiB, true, false);
+  EXPECT_TRUE(c.follow(v, false));
+  EXPECT_FALSE(c.follow(v, true));
 }
 
 TEST(SingleCopyChoice, OnlyTheRankThatGaveAVerdictTimes) {
   SingleCopyChoice c;
   // Ranks other than 0 follow rank 0's verdict and record nothing of their own.
-  c.record(kMiB, false, true, 5000);
-  EXPECT_EQ(c.nsPerKiB(kMiB, false, true), 0.0);
+  c.record(OpKind::AllReduce, kMiB, false, true, 5000);
+  EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 0.0);
   EXPECT_TRUE(c.follow(1, false));
   EXPECT_FALSE(c.follow(1, true));
   EXPECT_TRUE(c.follow(2, true));
