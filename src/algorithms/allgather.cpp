@@ -51,19 +51,21 @@ void allGatherDirect(Context& ctx, const Op& op) {
   const size_t output = static_cast<size_t>(n) * block;
   const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, block, output);
   const uint32_t verdict = asks ? choice.verdict(op.kind, block, true, true) : 0;
-  const auto start = std::chrono::steady_clock::now();
   std::vector<engine::PeerBuffers> peers;
   if (!trySingleCopy(ctx, op.kind, block, output, op.send, block, op.recv, 0, peers, verdict)) {
     return allGatherStaged(ctx, op, inPlace, store);
   }
+  // Every rank is here: rank 0's clock starts (a timed call ends with every rank done).
+  const auto start = std::chrono::steady_clock::now();
   const bool mapped = peers[static_cast<size_t>(me)].mapped;
   bool anyInPlace = false;  // a rank whose block of the output is its input
   for (int k = 0; k < n; ++k) {
     const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
     anyInPlace = anyInPlace || p.send == p.recv + static_cast<size_t>(k) * block;
   }
-  const bool single = mapped || choice.follow(peers[0].choice, anyInPlace);
-  if (single) {
+  const engine::SingleCopyChoice::Way way =
+      mapped ? engine::SingleCopyChoice::Way{true, false} : choice.follow(peers[0].choice, anyInPlace);
+  if (way.single) {
     // Zero or single copy: every rank copies the peers' inputs straight into its output.
     for (int k = 0; k < n; ++k) {
       if (k == me && inPlace) continue;
@@ -73,12 +75,10 @@ void allGatherDirect(Context& ctx, const Op& op) {
     }
     shared(ctx).syncAll();  // nobody reads this rank's input any more
   } else {
-    allGatherStaged(ctx, op, inPlace, store);  // nobody reads this rank's buffers: no more syncs
+    allGatherStaged(ctx, op, inPlace, store);  // nobody reads this rank's buffers
+    if (way.timed) shared(ctx).syncAll();
   }
-  if (asks && !mapped) {
-    choice.record(op.kind, block, anyInPlace, single,
-                  nsSince(start));
-  }
+  if (asks && way.timed) choice.record(op.kind, block, anyInPlace, way.single, nsSince(start));
 }
 
 void allGatherRing(Context& ctx, const Op& op) {

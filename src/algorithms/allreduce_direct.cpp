@@ -106,10 +106,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     kernels::reduce(shm.stage(me, c.half) + so * elem, srcs.data(), n, end - so, op.type, op.op,
                     avgDivisor(op, n), how);
-    if (timed) {
-      writes.record(how, outBytes,
-                    nsSince(start));
-    }
+    if (timed) writes.record(how, outBytes, nsSince(start));
   };
   auto copyOut = [&](const Chunk& c) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
@@ -153,23 +150,21 @@ void allReduceDirect(Context& ctx, const Op& op) {
   const uint32_t verdict = asks ? choice.verdict(op.kind, bytes, pullingPays(op.kind, bytes, false),
                                                  pullingPays(op.kind, bytes, true))
                                 : 0;
-  const auto start = std::chrono::steady_clock::now();
   std::vector<engine::PeerBuffers> peers;
   if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers, verdict)) {
     if (peers[static_cast<size_t>(me)].mapped) return allReduceShared(ctx, op, peers);
+    // Every rank is here: rank 0's clock starts (a timed call ends with every rank done).
+    const auto start = std::chrono::steady_clock::now();
     const bool anyInPlace =
         std::any_of(peers.begin(), peers.end(), [](const engine::PeerBuffers& p) { return p.inPlace; });
-    // Staging after the exchange costs its synchronisation; rank 0 times that too.
-    const bool pull = choice.follow(peers[0].choice, anyInPlace);
-    if (pull) {
-      allReducePulled(ctx, op, peers);
+    const engine::SingleCopyChoice::Way way = choice.follow(peers[0].choice, anyInPlace);
+    if (way.single) {
+      allReducePulled(ctx, op, peers);  // ends with every rank done
     } else {
       allReduceStaged(ctx, op);
+      if (way.timed) shared(ctx).syncAll();
     }
-    if (asks) {
-      choice.record(op.kind, bytes, anyInPlace, pull,
-                    nsSince(start));
-    }
+    if (asks && way.timed) choice.record(op.kind, bytes, anyInPlace, way.single, nsSince(start));
     return;
   }
   allReduceStaged(ctx, op);

@@ -9,15 +9,21 @@
 namespace chorus::engine {
 
 namespace {
-// The verdict's bits: pull when no rank works in place; pull when one does.
-constexpr uint32_t kPullOutOfPlace = 1, kPullInPlace = 2;
+// The verdict's bits: read in place when no rank works in place, when one does; time the call
+// (a staged one ends with a synchronisation), when no rank works in place, when one does.
+constexpr uint32_t kPull[2] = {1, 2}, kTime[2] = {4, 8};
 }  // namespace
 
-const std::optional<TimedChoice>* SingleCopyChoice::find(OpKind kind, size_t bytes, bool anyInPlace) const {
+int SingleCopyChoice::indexOf(OpKind kind, size_t bytes, bool anyInPlace) {
   const int slot = slotOf(kind);
-  if (slot < 0) return nullptr;
+  if (slot < 0) return -1;
   const int log = bytes ? std::bit_width(bytes) - 1 : 0;
-  return &classes_[static_cast<size_t>((slot * kClasses + log) * 2 + (anyInPlace ? 1 : 0))];
+  return (slot * kClasses + log) * 2 + (anyInPlace ? 1 : 0);
+}
+
+const std::optional<TimedChoice>* SingleCopyChoice::find(OpKind kind, size_t bytes, bool anyInPlace) const {
+  const int i = indexOf(kind, bytes, anyInPlace);
+  return i < 0 ? nullptr : &classes_[static_cast<size_t>(i)];
 }
 
 uint32_t SingleCopyChoice::verdict(OpKind kind, size_t bytes, bool pullOutOfPlace, bool pullInPlace) {
@@ -25,29 +31,35 @@ uint32_t SingleCopyChoice::verdict(OpKind kind, size_t bytes, bool pullOutOfPlac
   uint32_t v = 0;
   for (int inPlace = 0; inPlace < 2; ++inPlace) {
     bool pull = ranges[inPlace];
-    std::optional<TimedChoice>* c = find(kind, bytes, inPlace != 0);
-    if (policy_ == Policy::Timed && c) {
-      if (!*c) c->emplace(pull ? 1 : 0);
-      pull = (*c)->next() == 1;
+    const int i = indexOf(kind, bytes, inPlace != 0);
+    if (policy_ == Policy::Timed && i >= 0) {
+      std::optional<TimedChoice>& c = classes_[static_cast<size_t>(i)];
+      if (!c) c.emplace(pull ? 1 : 0);
+      pull = c->next() == 1;
+      // Single copy is timed always; staging while warming up, when tried, and one in kStagedSample.
+      const bool sample = pull || !c->warm() || c->current() == 1 ||
+                          ++stagedAsked_[static_cast<size_t>(i)] % kStagedSample == 0;
+      if (sample) v |= kTime[inPlace];
     }
-    if (pull) v |= inPlace ? kPullInPlace : kPullOutOfPlace;
+    if (pull) v |= kPull[inPlace];
   }
   return v;
 }
 
-bool SingleCopyChoice::follow(uint32_t verdict, bool anyInPlace) {
-  const bool pull = (verdict & (anyInPlace ? kPullInPlace : kPullOutOfPlace)) != 0;
-  ++calls_[pull ? 1 : 0];
-  return pull;
+SingleCopyChoice::Way SingleCopyChoice::follow(uint32_t verdict, bool anyInPlace) {
+  const int k = anyInPlace ? 1 : 0;
+  const Way w{(verdict & kPull[k]) != 0, (verdict & kTime[k]) != 0};
+  ++calls_[w.single ? 1 : 0];
+  return w;
 }
 
-void SingleCopyChoice::record(OpKind kind, size_t bytes, bool anyInPlace, bool pulled, uint64_t ns) {
+void SingleCopyChoice::record(OpKind kind, size_t bytes, bool anyInPlace, bool single, uint64_t ns) {
   std::optional<TimedChoice>* c = find(kind, bytes, anyInPlace);
   if (policy_ != Policy::Timed || bytes == 0 || !c || !*c) return;  // (not rank 0: no verdict asked)
   TimedChoice& t = **c;
   const bool wasWarm = t.warm();
   const int before = t.current();
-  t.record(pulled ? 1 : 0, static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
+  t.record(single ? 1 : 0, static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
   if (t.warm() && (!wasWarm || t.current() != before)) {
     logInfo(Subsys::Tuning, opKindName(kind), " of ", formatBytes(size_t{1} << (std::bit_width(bytes) - 1)),
             " and up", anyInPlace ? ", a rank in place" : "", ": ",

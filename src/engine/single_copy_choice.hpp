@@ -38,10 +38,22 @@ class SingleCopyChoice {
   /// rank works in place, `pullInPlace` when one does) are the first way tried, and the answer
   /// under Policy::Ranges or for a kind not timed.
   uint32_t verdict(OpKind kind, size_t bytes, bool pullOutOfPlace, bool pullInPlace);
-  /// Every rank, after the exchange: whether rank 0's `verdict` says to read in place. Counted.
-  bool follow(uint32_t verdict, bool anyInPlace);
-  /// Rank 0, after the call: it took `ns` nanoseconds the way `follow` said.
-  void record(OpKind kind, size_t bytes, bool anyInPlace, bool pulled, uint64_t ns);
+  /// What rank 0's verdict says of one call: read in place or stage, and whether the call is timed.
+  /// A timed call ends with a synchronisation of every rank (single copy always does), so that
+  /// rank 0's clock, started when the exchange ends (every rank there), stops when every rank is
+  /// done: without it a staged call's end on rank 0 leaves out a slower peer, whose lag the next
+  /// call's exchange would absorb. Staged calls are timed while warming up, when tried, and one in
+  /// kStagedSample otherwise (that synchronisation is their only cost).
+  struct Way {
+    bool single = false;
+    bool timed = false;
+  };
+  static constexpr uint32_t kStagedSample = 4;
+  /// Every rank, after the exchange: what rank 0's `verdict` says, where any rank works in place
+  /// or not. Counted.
+  Way follow(uint32_t verdict, bool anyInPlace);
+  /// Rank 0, after a timed call: it took `ns` nanoseconds the way `follow` said.
+  void record(OpKind kind, size_t bytes, bool anyInPlace, bool single, uint64_t ns);
 
   Policy policy() const { return policy_; }
   /// Calls this rank pulled and staged so far (of those that asked).
@@ -56,6 +68,8 @@ class SingleCopyChoice {
   static int slotOf(OpKind kind) {
     return kind == OpKind::AllReduce ? 0 : kind == OpKind::AllGather ? 1 : -1;
   }
+  // The class's index, or -1 for a kind not timed.
+  static int indexOf(OpKind kind, size_t bytes, bool anyInPlace);
   // The class's TimedChoice, or null for a kind not timed.
   const std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) const;
   std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) {
@@ -64,6 +78,7 @@ class SingleCopyChoice {
 
   Policy policy_;
   std::array<std::optional<TimedChoice>, static_cast<size_t>(kKinds * 2 * kClasses)> classes_;
+  std::array<uint32_t, static_cast<size_t>(kKinds * 2 * kClasses)> stagedAsked_{};  // untried staged verdicts
   uint64_t calls_[2] = {0, 0};
 };
 

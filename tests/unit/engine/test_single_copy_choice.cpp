@@ -26,9 +26,9 @@ std::vector<bool> run(SingleCopyChoice& c, size_t bytes, bool inPlace, int n, F 
   std::vector<bool> pulled;
   for (int i = 0; i < n; ++i) {
     const uint32_t v = c.verdict(OpKind::AllReduce, bytes, rangesPull, rangesPull);
-    const bool pull = c.follow(v, inPlace);
-    pulled.push_back(pull);
-    c.record(OpKind::AllReduce, bytes, inPlace, pull, costNs(pull));
+    const SingleCopyChoice::Way w = c.follow(v, inPlace);
+    pulled.push_back(w.single);
+    if (w.timed) c.record(OpKind::AllReduce, bytes, inPlace, w.single, costNs(w.single));
   }
   return pulled;
 }
@@ -80,8 +80,8 @@ TEST(SingleCopyChoice, RangesPolicyPublishesTheRangesAnswers) {
   SingleCopyChoice c(SingleCopyChoice::Policy::Ranges);
   for (int i = 0; i < 40; ++i) {
     const uint32_t v = c.verdict(OpKind::AllReduce, kMiB, /*pullOutOfPlace=*/true, /*pullInPlace=*/false);
-    EXPECT_TRUE(c.follow(v, false));
-    EXPECT_FALSE(c.follow(v, true));
+    EXPECT_TRUE(c.follow(v, false).single);
+    EXPECT_FALSE(c.follow(v, true).single);
     c.record(OpKind::AllReduce, kMiB, false, true, 1000000);  // slow, but not timed
   }
   EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 0.0);
@@ -97,8 +97,11 @@ TEST(SingleCopyChoice, TimedTriesTheRangesWayFirstThenKeepsTheFaster) {
                     [](bool pull) { return pull ? uint64_t{300000} : uint64_t{200000}; });
   for (uint32_t i = 0; i < 2 * TimedChoice::kWarmUp; ++i) EXPECT_EQ(pulled[i], i % 2 == 0) << i;
   const size_t warm = 2 * TimedChoice::kWarmUp;
-  EXPECT_EQ(count(pulled, true, warm), 2);  // calls 16 and 48 (TimedChoice's tries)
-  EXPECT_EQ(count(pulled, false, warm), static_cast<int>(pulled.size() - warm) - 2);
+  // Then staging, timed one call in kStagedSample, so that single copy's first try, at the 16th
+  // timed call, comes at the 45th call after the warm-up.
+  EXPECT_EQ(count(pulled, true, warm), 1);
+  // (The 16th timed call: 4 warming up, then 11 staged, each ending kStagedSample calls.)
+  EXPECT_TRUE(pulled[warm + (TimedChoice::kExplore - 1 - warm) * SingleCopyChoice::kStagedSample]);
   EXPECT_NEAR(c.nsPerKiB(OpKind::AllReduce, kMiB, false, false), 200000.0 / 1024, 1e-9);
   EXPECT_NEAR(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 300000.0 / 1024, 1e-9);
   // Where the ranges say stage, staging is tried first.
@@ -108,24 +111,47 @@ TEST(SingleCopyChoice, TimedTriesTheRangesWayFirstThenKeepsTheFaster) {
   EXPECT_EQ(pulled, (std::vector<bool>{false, true}));
 }
 
+TEST(SingleCopyChoice, SingleCopyIsTimedAlwaysStagingWhileWarmingTriedAndOneCallInFour) {
+  SingleCopyChoice c;
+  std::vector<SingleCopyChoice::Way> ways;
+  for (int i = 0; i < 200; ++i) {
+    ways.push_back(c.follow(c.verdict(OpKind::AllGather, kMiB, true, true), false));
+    if (ways.back().timed)
+      c.record(OpKind::AllGather, kMiB, false, ways.back().single, ways.back().single ? 300 : 100);
+  }
+  int stagedUntimed = 0, stagedTimed = 0;
+  for (size_t i = 0; i < ways.size(); ++i) {
+    if (ways[i].single) {
+      EXPECT_TRUE(ways[i].timed) << i;
+    } else {
+      (ways[i].timed ? stagedTimed : stagedUntimed) += 1;
+    }
+  }
+  // Past the warm-up (2 staged calls, both timed), one staged call in kStagedSample is timed.
+  EXPECT_NEAR(stagedTimed - 2, (stagedTimed - 2 + stagedUntimed) / SingleCopyChoice::kStagedSample, 1);
+  EXPECT_GT(stagedUntimed, 100);
+  // Under Policy::Ranges nothing is timed.
+  SingleCopyChoice r(SingleCopyChoice::Policy::Ranges);
+  EXPECT_FALSE(r.follow(r.verdict(OpKind::AllGather, kMiB, true, true), false).timed);
+}
+
 TEST(SingleCopyChoice, SizesOfOnePowerOfTwoShareAClassInPlaceApart) {
   SingleCopyChoice c;
   // 1 MiB out of place: staging faster.
   run(c, kMiB, false, 40, [](bool pull) { return pull ? uint64_t{400000} : uint64_t{200000}; });
   // 1.5 MiB is timed with it: staged at once (per KiB, the same costs).
-  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, kMiB + kMiB / 2, true, true), false));
+  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, kMiB + kMiB / 2, true, true), false).single);
   // 2 MiB, and 1 MiB with a rank in place, start over with the ranges' way (pull) first.
-  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, 2 * kMiB, true, true), false));
-  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, kMiB, true, true), true));
+  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, 2 * kMiB, true, true), false).single);
+  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, kMiB, true, true), true).single);
   EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, 2 * kMiB, false, false), 0.0);
   EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, true, false), 0.0);
   // A verdict carries both answers: out of place staged, in place pulled, in one word.
   run(c, kMiB, true, 40, [](bool pull) { return pull ? uint64_t{100000} : uint64_t{200000}; });
   const uint32_t v = c.verdict(OpKind::AllReduce, kMiB, true, true);
-  if (v != c.verdict(OpKind::AllReduce, kMiB, true, true)) GTEST_FAIL() << "verdict() changed state";
-  // (40 calls: the next call of either class is no exploration.)
-  EXPECT_FALSE(c.follow(v, false));
-  EXPECT_TRUE(c.follow(v, true));
+  // (40 calls: the next call of either class is no try.)
+  EXPECT_FALSE(c.follow(v, false).single);
+  EXPECT_TRUE(c.follow(v, true).single);
 }
 
 TEST(SingleCopyChoice, FollowsAPlacementChange) {
@@ -136,13 +162,13 @@ TEST(SingleCopyChoice, FollowsAPlacementChange) {
     return pull ? uint64_t{400000} : uint64_t{520000};
   };
   run(c, 4 * kMiB, false, 40, cost);
-  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false));
+  EXPECT_FALSE(c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false).single);
   // The host moves the vCPUs apart: staging, in use, slows at once; pulling takes over at its next
   // exploration or the one after.
   close = false;
   auto pulled = run(c, 4 * kMiB, false, 2 * TimedChoice::kExplore + 8, cost);
-  EXPECT_TRUE(
-      c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false));  // (call 81: no exploration)
+  EXPECT_TRUE(c.follow(c.verdict(OpKind::AllReduce, 4 * kMiB, true, true), false)
+                  .single);  // (call 81: no exploration)
   EXPECT_GE(count(pulled, true, pulled.size() - TimedChoice::kExplore),
             static_cast<int>(TimedChoice::kExplore) - 1);
 }
@@ -157,9 +183,10 @@ TEST(SingleCopyChoice, AllGatherIsTimedApartOtherKindsKeepTheRanges) {
   // ...the all-gather of 1 MiB blocks starts over, single copy first, and settles on its own.
   std::vector<bool> pulled;
   for (int i = 0; i < 40; ++i) {
-    const bool pull = c.follow(c.verdict(OpKind::AllGather, kMiB, true, true), false);
-    pulled.push_back(pull);
-    c.record(OpKind::AllGather, kMiB, false, pull, pull ? 100000 : 300000);
+    const SingleCopyChoice::Way w = c.follow(c.verdict(OpKind::AllGather, kMiB, true, true), false);
+    pulled.push_back(w.single);
+    EXPECT_TRUE(w.timed);  // single copy is timed always; staging while warming up and when tried
+    c.record(OpKind::AllGather, kMiB, false, w.single, w.single ? 100000 : 300000);
   }
   EXPECT_TRUE(pulled[0]);
   EXPECT_FALSE(pulled[1]);
@@ -170,8 +197,8 @@ TEST(SingleCopyChoice, AllGatherIsTimedApartOtherKindsKeepTheRanges) {
   c.record(OpKind::ReduceScatter, kMiB, false, true, 1);
   EXPECT_EQ(c.nsPerKiB(OpKind::ReduceScatter, kMiB, false, true), 0.0);
   const uint32_t v = c.verdict(OpKind::ReduceScatter, kMiB, true, false);
-  EXPECT_TRUE(c.follow(v, false));
-  EXPECT_FALSE(c.follow(v, true));
+  EXPECT_TRUE(c.follow(v, false).single);
+  EXPECT_FALSE(c.follow(v, true).single);
 }
 
 TEST(SingleCopyChoice, OnlyTheRankThatGaveAVerdictTimes) {
@@ -179,9 +206,9 @@ TEST(SingleCopyChoice, OnlyTheRankThatGaveAVerdictTimes) {
   // Ranks other than 0 follow rank 0's verdict and record nothing of their own.
   c.record(OpKind::AllReduce, kMiB, false, true, 5000);
   EXPECT_EQ(c.nsPerKiB(OpKind::AllReduce, kMiB, false, true), 0.0);
-  EXPECT_TRUE(c.follow(1, false));
-  EXPECT_FALSE(c.follow(1, true));
-  EXPECT_TRUE(c.follow(2, true));
+  EXPECT_TRUE(c.follow(1, false).single);
+  EXPECT_FALSE(c.follow(1, true).single);
+  EXPECT_TRUE(c.follow(2, true).single);
   EXPECT_EQ(c.pulledCalls(), 2u);
   EXPECT_EQ(c.stagedCalls(), 1u);
 }
