@@ -58,8 +58,8 @@ void allGatherDirect(Context& ctx, const Op& op) {
   // Every rank is here: rank 0's clock starts (a timed call ends with every rank done).
   const auto start = std::chrono::steady_clock::now();
   const bool mapped = peers[static_cast<size_t>(me)].mapped;
-  bool anyInPlace = false;  // a rank whose block of the output is its input
-  for (int k = 0; k < n; ++k) {
+  bool anyInPlace = false;  // a rank whose block of the output is its input (addresses in its process)
+  for (int k = 0; k < n && !mapped; ++k) {
     const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
     anyInPlace = anyInPlace || p.send == p.recv + static_cast<size_t>(k) * block;
   }
