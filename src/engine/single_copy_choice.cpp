@@ -1,4 +1,4 @@
-// Single copy or staging for the allreduce, timed by rank 0 (see single_copy_choice.hpp).
+// Single copy or staging for the allreduce and all-gather, timed by rank 0 (see single_copy_choice.hpp).
 #include "engine/single_copy_choice.hpp"
 
 #include <bit>
@@ -19,11 +19,6 @@ int SingleCopyChoice::indexOf(OpKind kind, size_t bytes, bool anyInPlace) {
   if (slot < 0) return -1;
   const int log = bytes ? std::bit_width(bytes) - 1 : 0;
   return (slot * kClasses + log) * 2 + (anyInPlace ? 1 : 0);
-}
-
-const std::optional<TimedChoice>* SingleCopyChoice::find(OpKind kind, size_t bytes, bool anyInPlace) const {
-  const int i = indexOf(kind, bytes, anyInPlace);
-  return i < 0 ? nullptr : &classes_[static_cast<size_t>(i)];
 }
 
 uint32_t SingleCopyChoice::verdict(OpKind kind, size_t bytes, bool pullOutOfPlace, bool pullInPlace) {
@@ -54,9 +49,10 @@ SingleCopyChoice::Way SingleCopyChoice::follow(uint32_t verdict, bool anyInPlace
 }
 
 void SingleCopyChoice::record(OpKind kind, size_t bytes, bool anyInPlace, bool single, uint64_t ns) {
-  std::optional<TimedChoice>* c = find(kind, bytes, anyInPlace);
-  if (policy_ != Policy::Timed || bytes == 0 || !c || !*c) return;  // (not rank 0: no verdict asked)
-  TimedChoice& t = **c;
+  const int i = indexOf(kind, bytes, anyInPlace);
+  if (policy_ != Policy::Timed || bytes == 0 || i < 0 || !classes_[static_cast<size_t>(i)])
+    return;  // not rank 0
+  TimedChoice& t = *classes_[static_cast<size_t>(i)];
   const bool wasWarm = t.warm();
   const int before = t.current();
   t.record(single ? 1 : 0, static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
@@ -69,7 +65,8 @@ void SingleCopyChoice::record(OpKind kind, size_t bytes, bool anyInPlace, bool s
 }
 
 double SingleCopyChoice::nsPerKiB(OpKind kind, size_t bytes, bool anyInPlace, bool pulled) const {
-  const std::optional<TimedChoice>* c = find(kind, bytes, anyInPlace);
+  const int i = indexOf(kind, bytes, anyInPlace);
+  const std::optional<TimedChoice>* c = i < 0 ? nullptr : &classes_[static_cast<size_t>(i)];
   return c && *c ? (*c)->cost(pulled ? 1 : 0) : 0.0;
 }
 

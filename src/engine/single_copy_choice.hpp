@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <utility>
 
 #include "base/op.hpp"
 #include "engine/timed_choice.hpp"
@@ -70,11 +69,6 @@ class SingleCopyChoice {
   }
   // The class's index, or -1 for a kind not timed.
   static int indexOf(OpKind kind, size_t bytes, bool anyInPlace);
-  // The class's TimedChoice, or null for a kind not timed.
-  const std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) const;
-  std::optional<TimedChoice>* find(OpKind kind, size_t bytes, bool anyInPlace) {
-    return const_cast<std::optional<TimedChoice>*>(std::as_const(*this).find(kind, bytes, anyInPlace));
-  }
 
   Policy policy_;
   std::array<std::optional<TimedChoice>, static_cast<size_t>(kKinds * 2 * kClasses)> classes_;
