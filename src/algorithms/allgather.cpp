@@ -11,18 +11,26 @@ namespace chorus::algo {
 namespace {
 
 // Every rank stages its input, chunk by chunk, and copies the peers' chunks out of their staging
-// areas into its output.
-void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode store) {
+// areas into its output: with plain or streaming stores, whichever this rank has timed faster for
+// outputs of this size (engine/output_stores.hpp), where all ranks' buffers reach the threshold
+// (streamsFirst); elsewhere `fixed` (the threshold's way per rank).
+void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode fixed) {
   const int n = ctx.size(), me = ctx.rank();
-  const size_t elem = dataTypeSize(op.type);
+  const size_t elem = dataTypeSize(op.type), block = op.count * elem;
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  engine::OutputStores& stores = shared(ctx).outputStores();
+  const size_t output = static_cast<size_t>(n) * block;
+  const bool timed = stores.timed(op.kind, output) && streamsFirst(output + (inPlace ? 0 : block), n);
+  const kernels::CopyMode store = timed ? stores.next(op.kind, output, kernels::CopyMode::Streaming) : fixed;
+  uint64_t ns = 0;
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
         kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, int h) {
+        const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
           kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h),
@@ -32,7 +40,9 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
           kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem),
                         ce * elem, store);
         }
+        if (timed) ns += nsSince(start);
       });
+  if (timed) stores.record(op.kind, output, store, ns);
 }
 
 }  // namespace

@@ -74,7 +74,16 @@ void allReduceStaged(Context& ctx, const Op& op) {
   const size_t bytes = op.count * elem;
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
-  const kernels::CopyMode store = outputCopyMode(bytes, op.send == op.recv);
+  // The output: with plain or streaming stores, whichever this rank has timed faster for outputs
+  // of this size (engine/output_stores.hpp), where all ranks' inputs and outputs reach the
+  // threshold (streamsFirst); elsewhere the threshold's way per rank. In place always plain: the
+  // lines were just read, and streaming would only evict them (outputCopyMode).
+  const bool inPlace = op.send == op.recv;
+  engine::OutputStores& stores = shared(ctx).outputStores();
+  const bool storesTimed = !inPlace && stores.timed(op.kind, bytes) && streamsFirst(2 * bytes, n);
+  const kernels::CopyMode store = storesTimed ? stores.next(op.kind, bytes, kernels::CopyMode::Streaming)
+                                              : outputCopyMode(bytes, inPlace);
+  uint64_t ns = 0;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   struct Chunk {
     size_t off, ce;
@@ -109,11 +118,14 @@ void allReduceStaged(Context& ctx, const Op& op) {
     if (timed) writes.record(how, outBytes, nsSince(start));
   };
   auto copyOut = [&](const Chunk& c) {
+    const auto start =
+        storesTimed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
     for (int k = 0; k < n; ++k) {
       const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
       if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stage(k, c.half) + o * elem, l * elem, store);
     }
+    if (storesTimed) ns += nsSince(start);
   };
   // Pipelined so that a chunk costs one synchronisation, not two: the one after chunk i+1 is
   // staged also says chunk i is reduced, and its copy out runs after it. Staging chunk i+2 into
@@ -135,6 +147,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
   }
   shared(ctx).syncAll();  // the last chunk reduced
   copyOut(*reduced);
+  if (storesTimed) stores.record(op.kind, bytes, store, ns);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "base/op.hpp"
+#include "engine/output_stores.hpp"
 #include "engine/single_copy_choice.hpp"
 #include "engine/staging_writes.hpp"
 #include "engine/waiter.hpp"
@@ -91,6 +92,8 @@ class ShmSync {
   int nextStageHalf() { return stageHalf_ ^= 1; }
   /// How this rank writes reductions into its staging area (timed per rank, staging_writes.hpp).
   StagingWrites& stagingWrites() { return stagingWrites_; }
+  /// How this rank writes the outputs it copies out of staging (timed per rank, output_stores.hpp).
+  OutputStores& outputStores() { return outputStores_; }
   /// Whether the allreduce pulls or stages ordinary buffers (rank 0 decides, single_copy_choice.hpp).
   SingleCopyChoice& singleCopyChoice() { return singleCopyChoice_; }
   /// Publishes `bytes` (<= llCapacity()) of `mine` and copies every rank's message, own included,
@@ -152,6 +155,7 @@ class ShmSync {
   uint64_t syncCounter_ = 0;
   int stageHalf_ = 1;
   StagingWrites stagingWrites_{stagingWritesPolicy()};
+  OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;
   uint64_t bufferSeq_ = 0;

@@ -180,6 +180,7 @@ void printJson(const Facts& f) {
                      {"basis", t.basis},
                      {"nt_store_bytes", topo::ntStoreBytes()},
                      {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
+                     {"output_stores", env.ntStoreBytes ? "threshold" : "timed"},
                      {"nt_copy_pages", kernels::streamPages()},
                      {"nt_copy_pages_from", kernels::streamPagesBasis()},
                      {"stage_write", configValue("CHORUS_STAGE_WRITE")},
@@ -243,6 +244,10 @@ void printSetup(const Facts& f) {
               env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : t.basis.c_str(),
               formatBytes(config.shmStageBytes).c_str(),
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
+  std::printf("                   staged all-gather and allreduce outputs: %s\n",
+              env.ntStoreBytes ? "by the threshold per rank (CHORUS_NT_STORE_BYTES set)"
+                               : "timed by each rank, streaming first, where all ranks' buffers reach the "
+                                 "threshold");
   std::printf("                   non-temporal copies interleave %u page(s) (%s)\n", kernels::streamPages(),
               kernels::streamPagesBasis());
   const std::string stageWrite = configValue("CHORUS_STAGE_WRITE");
