@@ -13,7 +13,7 @@ namespace {
 // Every rank stages its input, chunk by chunk, and copies the peers' chunks out of their staging
 // areas into its output: with plain or streaming stores, whichever this rank has timed faster for
 // outputs of this size (engine/output_stores.hpp), where all ranks' buffers reach the threshold
-// (streamsFirst); elsewhere `fixed` (the threshold's way per rank).
+// but this rank's do not (streamsFirst); elsewhere `fixed` (the threshold's way per rank).
 void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode fixed) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type), block = op.count * elem;
@@ -21,7 +21,8 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
   const size_t chunk = stageChunkElems(shm, elem, 1);
   engine::OutputStores& stores = shared(ctx).outputStores();
   const size_t output = static_cast<size_t>(n) * block;
-  const bool timed = stores.timed(op.kind, output) && streamsFirst(output + (inPlace ? 0 : block), n);
+  const bool timed = fixed == kernels::CopyMode::Cached && stores.timed(op.kind, output) &&
+                     streamsFirst(output + (inPlace ? 0 : block), n);
   const kernels::CopyMode store = timed ? stores.next(op.kind, output, kernels::CopyMode::Streaming) : fixed;
   uint64_t ns = 0;
   forEachStagedChunk(

@@ -76,13 +76,15 @@ void allReduceStaged(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, 1);
   // The output: with plain or streaming stores, whichever this rank has timed faster for outputs
   // of this size (engine/output_stores.hpp), where all ranks' inputs and outputs reach the
-  // threshold (streamsFirst); elsewhere the threshold's way per rank. In place always plain: the
-  // lines were just read, and streaming would only evict them (outputCopyMode).
+  // threshold but this rank's output does not (streamsFirst); elsewhere the threshold's way per
+  // rank. In place always plain: the lines were just read, and streaming would only evict them
+  // (outputCopyMode).
   const bool inPlace = op.send == op.recv;
   engine::OutputStores& stores = shared(ctx).outputStores();
-  const bool storesTimed = !inPlace && stores.timed(op.kind, bytes) && streamsFirst(2 * bytes, n);
-  const kernels::CopyMode store = storesTimed ? stores.next(op.kind, bytes, kernels::CopyMode::Streaming)
-                                              : outputCopyMode(bytes, inPlace);
+  const kernels::CopyMode fixed = outputCopyMode(bytes, inPlace);
+  const bool storesTimed = fixed == kernels::CopyMode::Cached && !inPlace && stores.timed(op.kind, bytes) &&
+                           streamsFirst(2 * bytes, n);
+  const kernels::CopyMode store = storesTimed ? stores.next(op.kind, bytes, kernels::CopyMode::Streaming) : fixed;
   uint64_t ns = 0;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   struct Chunk {
