@@ -84,7 +84,8 @@ void allReduceStaged(Context& ctx, const Op& op) {
   const kernels::CopyMode fixed = outputCopyMode(bytes, inPlace);
   const bool storesTimed = fixed == kernels::CopyMode::Cached && !inPlace && stores.timed(op.kind, bytes) &&
                            streamsFirst(2 * bytes, n);
-  const kernels::CopyMode store = storesTimed ? stores.next(op.kind, bytes, kernels::CopyMode::Streaming) : fixed;
+  const kernels::CopyMode store =
+      storesTimed ? stores.next(op.kind, bytes, kernels::CopyMode::Streaming) : fixed;
   uint64_t ns = 0;
   std::vector<const void*> srcs(static_cast<size_t>(n));
   struct Chunk {

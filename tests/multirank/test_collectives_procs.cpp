@@ -2,12 +2,14 @@
 // the same tests in the same order and checks its own results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "base/config.hpp"
 #include "check.hpp"
 #include "core/comm_impl.hpp"
 #include "engine/shm_sync.hpp"
+#include "topology/cache_thresholds.hpp"
 #include "transports/shm/shm_group.hpp"
 
 using namespace chorus;
@@ -127,6 +129,48 @@ TEST(SingleCopyChoiceProcesses, EveryRankTakesRankZerosPath) {
   } else if (choice.policy() == engine::SingleCopyChoice::Policy::Timed) {
     EXPECT_GE(mine[0], 1.0 * kClasses * engine::TimedChoice::kWarmUp) << "read in place too seldom";
     EXPECT_GE(mine[1], 1.0 * kClasses * engine::TimedChoice::kWarmUp) << "staged too seldom";
+  }
+}
+
+// Output stores (engine/output_stores.hpp): in the band where all ranks' buffers reach the
+// non-temporal threshold but one rank's output does not, each rank times its staged copies out
+// with streaming and plain stores, and may change between calls; every result must stay exact.
+// Where every call is staged (no single copy here), both ways have been timed after 22 calls.
+TEST(OutputStoresProcesses, BothWaysAreExact) {
+  Communicator& c = comm();
+  ASSERT_GE(c.size(), 2) << "run this test under chorusrun -n 2 (or more)";
+  engine::ShmSync* sm = c.impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  const size_t n = static_cast<size_t>(c.size()), nt = topo::ntStoreBytes();
+  // allreduce: inputs and outputs of all ranks, 2 x bytes x n, just reach the threshold; the
+  // all-gather's block b: n ranks x (n + 1) blocks each.
+  const size_t arCount = std::max<size_t>(nt / (2 * n) / 4, engine::OutputStores::kTimedBytes / 4);
+  const size_t agCount = std::max<size_t>((nt + 4 * n * (n + 1) - 1) / (4 * n * (n + 1)),
+                                          engine::OutputStores::kTimedBytes / 4 / n + 1);
+  constexpr int kCalls = 2 * 2 * engine::TimedChoice::kWarmUp + engine::TimedChoice::kExplore + 2;
+  for (Coll coll : {Coll::AllReduce, Coll::AllGather}) {
+    const size_t count = coll == Coll::AllReduce ? arCount : agCount;
+    for (int i = 0; i < kCalls; ++i) {
+      const Case k{coll, DataType::Float32, i % 2 ? ReduceOp::Avg : ReduceOp::Sum, count, false, 0};
+      std::string report;
+      ASSERT_EQ(runCase(c, k, &report), 0u)
+          << "rank " << c.rank() << ": " << describe(k, c.size()) << ", call " << i << ": " << report;
+    }
+  }
+  const engine::OutputStores& stores = sm->outputStores();
+  const struct {
+    OpKind kind;
+    size_t output;
+  } classes[] = {{OpKind::AllReduce, arCount * 4}, {OpKind::AllGather, agCount * 4 * n}};
+  for (const auto& k : classes) {
+    const double streaming = stores.nsPerKiB(k.kind, k.output, kernels::CopyMode::Streaming);
+    const double plain = stores.nsPerKiB(k.kind, k.output, kernels::CopyMode::Cached);
+    if (!engine::outputStoresTimed()) {
+      EXPECT_FALSE(stores.current(k.kind, k.output).has_value()) << "timed under CHORUS_NT_STORE_BYTES";
+    } else if (!sm->peerReadsEnabled() && k.output < nt) {
+      EXPECT_GT(streaming, 0.0) << "streaming stores never timed for " << k.output << " bytes";
+      EXPECT_GT(plain, 0.0) << "plain stores never timed for " << k.output << " bytes";
+    }
   }
 }
 

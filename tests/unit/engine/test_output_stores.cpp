@@ -43,7 +43,8 @@ TEST(OutputStores, StreamsFirstAndKeepsTheFasterWay) {
   // Streaming 1.7x faster (4-rank all-gather of 2 MiB on the AVX2 EPYC VM).
   auto ways = run(s, OpKind::AllGather, 2 * M, CopyMode::Streaming, kWarm + 4 * TimedChoice::kExplore,
                   [](CopyMode m) { return m == CopyMode::Streaming ? 600000 : 1000000; });
-  for (int i = 0; i < kWarm; ++i) EXPECT_EQ(ways[i], i % 2 == 0 ? CopyMode::Streaming : CopyMode::Cached) << i;
+  for (int i = 0; i < kWarm; ++i)
+    EXPECT_EQ(ways[i], i % 2 == 0 ? CopyMode::Streaming : CopyMode::Cached) << i;
   EXPECT_EQ(s.current(OpKind::AllGather, 2 * M), CopyMode::Streaming);
   // Once warm, plain stores only as the rare tries (TimedChoice's backing off).
   EXPECT_LE(count(ways, CopyMode::Cached, kWarm), 3);
@@ -81,7 +82,8 @@ TEST(OutputStores, UntimedCallsTakeThePreferredWay) {
   EXPECT_FALSE(s.timed(OpKind::AllGather, OutputStores::kTimedBytes - 1));
   EXPECT_TRUE(s.timed(OpKind::AllGather, OutputStores::kTimedBytes));
   EXPECT_FALSE(s.timed(OpKind::ReduceScatter, 64 * M));
-  for (CopyMode m : run(s, OpKind::AllGather, OutputStores::kTimedBytes - 1, CopyMode::Streaming, 40, slowStreaming))
+  for (CopyMode m :
+       run(s, OpKind::AllGather, OutputStores::kTimedBytes - 1, CopyMode::Streaming, 40, slowStreaming))
     EXPECT_EQ(m, CopyMode::Streaming);
   for (CopyMode m : run(s, OpKind::Broadcast, 64 * M, CopyMode::Streaming, 40, slowStreaming))
     EXPECT_EQ(m, CopyMode::Streaming);
