@@ -3,12 +3,13 @@
 // streaming (non-temporal) stores, which save every destination line's read for ownership and keep
 // the output from evicting what the ranks read next. Which is faster depends on whether all the
 // host's ranks' buffers fit its last-level cache, and on the machine: on an AVX2-only EPYC VM (L3
-// 8 MiB, copy floor 17 GB/s) streaming made the 4-rank all-gather of 2 MiB 1.7x faster and the
-// 2-rank one of 4 MiB 1.8x, while on a Zen 5 EPYC VM (L3 32 MiB) it made the 4-rank one of 8 MiB
-// 1.7x slower (docs/performance.md, "Output stores, timed"). So each rank times its own copies out
-// both ways, per collective and size class, from the threshold's way (topo::ntStoreBytes()) first,
-// and uses the faster (TimedChoice). The results are the same bit for bit either way, so ranks need
-// not agree. With CHORUS_NT_STORE_BYTES set, the threshold alone decides.
+// 8 MiB, copy floor 15-17 GB/s) streaming made the 4-rank all-gather of 2 MiB 1.7x faster and the
+// 2-rank one of 4 MiB 1.5x, while on a Zen 5 EPYC VM (L3 32 MiB) it made the 4-rank one of 8 MiB
+// 1.7x slower (docs/performance.md, "Output stores, timed"). So where all ranks' buffers reach the
+// non-temporal threshold but one rank's output does not (algo::streamsFirst), each rank times its
+// own copies out both ways, per collective and size class, streaming first, and uses the faster
+// (TimedChoice). The results are the same bit for bit either way, so ranks need not agree. With
+// CHORUS_NT_STORE_BYTES set, the threshold alone decides.
 #pragma once
 
 #include <array>
@@ -34,8 +35,8 @@ class OutputStores {
   /// Whether a call of `kind` writing `outputBytes` per rank is timed (then next() may differ from
   /// `preferred` and record() takes its time). Only all-gather and allreduce are.
   bool timed(OpKind kind, size_t outputBytes) const;
-  /// How to write the next call's output; `preferred` is the threshold's way (outputCopyMode),
-  /// the one tried first in each class.
+  /// How to write the next call's output; `preferred` is the way tried first in each class (the
+  /// algorithms pass streaming) and the answer for calls not timed.
   kernels::CopyMode next(OpKind kind, size_t outputBytes, kernels::CopyMode preferred);
   /// The call that next() answered `mode` for spent `ns` nanoseconds copying its output out.
   void record(OpKind kind, size_t outputBytes, kernels::CopyMode mode, uint64_t ns);
