@@ -1,7 +1,9 @@
 // The C ABI: handles, error codes and last-error text over the C++ implementation.
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 
 #include "base/error.hpp"
@@ -76,8 +78,17 @@ chorusResult_t guarded(const chorusComm* comm, F&& body) {
   }
 }
 
-DataType dtypeOf(chorusDataType_t t) { return static_cast<DataType>(t); }
-ReduceOp redopOf(chorusRedOp_t op) { return static_cast<ReduceOp>(op); }
+// The integer a caller passed for an enum parameter, read without loading it as the enum: a C caller
+// may pass any int, and loading a value outside a C++ enum's range is undefined (clang's
+// -fsanitize=enum reports it); the checks after this reject the unknown ones.
+template <typename E>
+std::underlying_type_t<E> rawValue(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+DataType dtypeOf(const chorusDataType_t& t) { return static_cast<DataType>(rawValue(t)); }
+ReduceOp redopOf(const chorusRedOp_t& op) { return static_cast<ReduceOp>(rawValue(op)); }
 
 std::shared_ptr<onesided::State> oneSidedOf(const chorusComm* comm) {
   std::lock_guard lk(gHandlesMu);
@@ -117,7 +128,7 @@ chorusResult_t chorusMemFree(void* ptr) {
 }
 
 const char* chorusGetErrorString(chorusResult_t result) {
-  switch (result) {
+  switch (rawValue(result)) {
     case chorusSuccess:
       return "no error";
     case chorusUnhandledCudaError:

@@ -1,6 +1,7 @@
 #include "topology/comm_topology.hpp"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "base/util.hpp"

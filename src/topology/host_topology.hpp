@@ -8,7 +8,7 @@
 // CHORUS_TOPO_DUMP_FILE=<path> writes what was found, as JSON.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

@@ -2,6 +2,7 @@
 // machine, the JSON round trip other ranks rely on, and a communicator's placement and link classes.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
