@@ -32,10 +32,10 @@ void afterGroup(std::function<void()> fn) {
     fn();
 }
 
-bool opOk(const char* call, ncclRedOp_t op, ncclResult_t* out) {
-  if (static_cast<int>(op) >= 0 && static_cast<int>(op) < static_cast<int>(ncclNumOps)) return true;
-  *out = refuse(ncclInvalidArgument, std::string(call) + ": reduction op " +
-                                         std::to_string(static_cast<int>(op)) +
+bool opOk(const char* call, const ncclRedOp_t& op, ncclResult_t* out) {
+  const int value = static_cast<int>(shim::rawValue(op));
+  if (value >= 0 && value < static_cast<int>(ncclNumOps)) return true;
+  *out = refuse(ncclInvalidArgument, std::string(call) + ": reduction op " + std::to_string(value) +
                                          " is not a built-in op (ncclRedOpCreatePreMulSum is not supported)");
   return false;
 }

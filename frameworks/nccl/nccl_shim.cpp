@@ -145,13 +145,13 @@ bool resolve(const ncclComm* comm, const char* call, chorusComm_t* out, ncclResu
   return true;
 }
 
-bool typeOk(const char* call, ncclDataType_t t, ncclResult_t* out) {
-  if (static_cast<int>(t) >= 0 && static_cast<int>(t) < static_cast<int>(chorusNumTypes)) return true;
-  if (t == ncclFloat8e4m3 || t == ncclFloat8e5m2)
+bool typeOk(const char* call, const ncclDataType_t& t, ncclResult_t* out) {
+  const int value = static_cast<int>(rawValue(t));
+  if (value >= 0 && value < static_cast<int>(chorusNumTypes)) return true;
+  if (value == ncclFloat8e4m3 || value == ncclFloat8e5m2)
     *out = refuse(ncclInvalidArgument, std::string(call) + ": the float8 types are not supported by Chorus");
   else
-    *out = refuse(ncclInvalidArgument,
-                  std::string(call) + ": unknown data type " + std::to_string(static_cast<int>(t)));
+    *out = refuse(ncclInvalidArgument, std::string(call) + ": unknown data type " + std::to_string(value));
   return false;
 }
 
@@ -205,7 +205,7 @@ SHIM_EXPORT ncclResult_t ncclGetVersion(int* version) {
 SHIM_ALIAS(ncclGetVersion)
 
 SHIM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
-  switch (result) {
+  switch (shim::rawValue(result)) {
     case ncclSuccess:
       return "no error";
     case ncclUnhandledCudaError:

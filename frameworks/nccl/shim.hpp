@@ -4,7 +4,9 @@
 
 #include <nccl.h>
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "chorus/chorus.h"
 
@@ -48,8 +50,17 @@ bool configOk(const char* call, const ncclConfig_t* config, ncclResult_t* out);
 bool isDeviceMemory(const void* p);
 /// Host buffers with a NULL stream (gather, scatter, registration); otherwise false with *out set.
 bool hostOnly(const char* call, cudaStream_t stream, const void* a, const void* b, ncclResult_t* out);
+/// The integer a caller passed for an enum parameter, read without loading it as the enum: a caller
+/// may pass any int, and loading a value outside a C++ enum's range is undefined (clang's
+/// -fsanitize=enum reports it). The checks below read their arguments so.
+template <typename E>
+std::underlying_type_t<E> rawValue(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 /// A data type Chorus takes; otherwise false with *out set (float8 types are refused).
-bool typeOk(const char* call, ncclDataType_t t, ncclResult_t* out);
+bool typeOk(const char* call, const ncclDataType_t& t, ncclResult_t* out);
 /// Bytes of one element of `t`.
 size_t typeSize(ncclDataType_t t);
 /// Rank `peer`'s buffer of window `win` at `offset`, in this process (host windows).

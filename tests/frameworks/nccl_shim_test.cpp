@@ -370,6 +370,18 @@ void testRefusals(ncclComm_t comm) {
         lastError().c_str());
   r = ncclAllReduce(x, x, 4, ncclFloat32, static_cast<ncclRedOp_t>(7), comm, nullptr);
   CHECK(r == ncclInvalidArgument, "op 7: %d", static_cast<int>(r));
+  // Values outside the enums' ranges, as a C caller may pass them: refused and named (the
+  // sanitizer pass's UBSan checks that no enum load happens on the way).
+  for (int t : {42, -1}) {
+    r = ncclAllReduce(x, x, 4, static_cast<ncclDataType_t>(t), ncclSum, comm, nullptr);
+    CHECK(r == ncclInvalidArgument &&
+              lastError().find("unknown data type " + std::to_string(t)) != std::string::npos,
+          "type %d: %d %s", t, static_cast<int>(r), lastError().c_str());
+  }
+  r = ncclAllReduce(x, x, 4, ncclFloat32, static_cast<ncclRedOp_t>(-1), comm, nullptr);
+  CHECK(r == ncclInvalidArgument && lastError().find("reduction op -1") != std::string::npos, "op -1: %s",
+        lastError().c_str());
+  CHECK(ncclGetErrorString(static_cast<ncclResult_t>(99)) != nullptr, "error string of an unknown result");
   // An error Chorus itself finds: the root is out of range (every rank finds it, nothing is sent).
   r = ncclBroadcast(x, x, 4, ncclFloat32, gSize, comm, nullptr);
   CHECK(r == ncclInvalidArgument && lastError().find("root") != std::string::npos, "bad root: %s",
