@@ -11,9 +11,12 @@
     torch_backend_test.py --world 2 dead        # a killed rank is named in the survivor's error
     torch_backend_test.py --world 2 entrypoint  # no `import chorus_torch`: the entry point registers it
     torchrun ... torch_backend_test.py --torchrun ddp   # one rank of a job torchrun started (multi-host test)
+    torch_backend_test.py --world 4 ops ddp fsdp    # several cases one after another in one job
 
 Processes are started with torch.multiprocessing and meet through env:// (a TCPStore that rank 0
-hosts). PYTHONPATH must hold <build>/python (or, for `entrypoint`, a pip-installed package).
+hosts). Several cases share one process group, which saves each case's start (every process imports
+torch: about 3 CPU-seconds); errors, dead and entrypoint change the job's settings and run alone.
+PYTHONPATH must hold <build>/python (or, for `entrypoint`, a pip-installed package).
 Exit status 0 when every rank passed.
 """
 import argparse
@@ -650,43 +653,52 @@ CASES = {"ops": test_ops, "ddp": test_ddp, "fsdp": test_fsdp, "tp": test_tp, "pi
          "functional": test_functional, "errors": test_errors, "dead": test_dead, "entrypoint": test_collectives}
 
 
-def worker(rank, world, case, port, failures):
+# Cases that set up the job their own way (environment, backend registration, a rank killed): alone.
+ALONE = ("errors", "dead", "entrypoint")
+
+
+def run_cases(cases, rank, world, where):
+    for i, case in enumerate(cases):
+        if i:
+            dist.barrier()  # the previous case is over on every rank
+        CASES[case](rank, world)
+        print(f"rank {rank}{where}: {case} passed", flush=True)
+
+
+def worker(rank, world, cases, port, failures):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if case == "errors":
+    if cases == ["errors"]:
         os.environ["CHORUS_CHECK"] = "1"
-    if case == "dead":
+    if cases == ["dead"]:
         os.environ["CHORUS_TIMEOUT"] = "20"
     try:
-        if case == "entrypoint":
+        if cases == ["entrypoint"]:
             check("chorus_torch" not in sys.modules, "chorus_torch was imported before init")
         else:
             import chorus_torch  # noqa: F401  registers the backend in this process
         dist.init_process_group("chorus", rank=rank, world_size=world, timeout=timedelta(seconds=120))
         check(dist.get_backend() == "chorus", f"backend is {dist.get_backend()}")
-        CASES[case](rank, world)
-        if case != "dead":
-            # Everyone is done before rank 0, which hosts the store, leaves.
-            dist.barrier()
-            dist.destroy_process_group()
-        print(f"rank {rank}: {case} passed", flush=True)
-        if case == "dead":
+        run_cases(cases, rank, world, "")
+        if cases == ["dead"]:
             os._exit(0)  # the dead rank's communicator cannot be finished politely
+        # Everyone is done before rank 0, which hosts the store, leaves.
+        dist.barrier()
+        dist.destroy_process_group()
     except Exception:
         traceback.print_exc()
         failures.put(rank)
         os._exit(1)
 
 
-def under_torchrun(case):
+def under_torchrun(cases):
     """One rank started by torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment)."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     import chorus_torch  # noqa: F401
     dist.init_process_group("chorus", timeout=timedelta(seconds=120))
     check(dist.get_backend() == "chorus", f"backend is {dist.get_backend()}")
-    CASES[case](rank, world)
+    run_cases(cases, rank, world, f" of {world} (host {os.environ.get('GROUP_RANK', '?')})")
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank} of {world} (host {os.environ.get('GROUP_RANK', '?')}): {case} passed", flush=True)
     return 0
 
 
@@ -694,25 +706,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--torchrun", action="store_true", help="this process is one rank that torchrun started")
-    ap.add_argument("case", choices=sorted(CASES))
+    ap.add_argument("cases", nargs="+", choices=sorted(CASES), metavar="case",
+                    help="one or more of: " + ", ".join(sorted(CASES)))
     a = ap.parse_args()
+    if len(a.cases) > 1 and any(c in ALONE for c in a.cases):
+        ap.error(f"{', '.join(ALONE)} run alone")
     if a.torchrun:
-        return under_torchrun(a.case)
+        return under_torchrun(a.cases)
     ctx = mp.get_context("spawn")
     failures = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, a.world, a.case, port, failures)) for r in range(a.world)]
+    procs = [ctx.Process(target=worker, args=(r, a.world, a.cases, port, failures)) for r in range(a.world)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=300)
+        p.join(timeout=800)
         if p.is_alive():
-            print("a rank did not finish in 300 s")
+            print("a rank did not finish in 800 s")
             for q in procs:
                 q.kill()
             return 1
     codes = [p.exitcode for p in procs]
-    if a.case == "dead":
+    if a.cases == ["dead"]:
         ok = codes[-1] == 17 and all(c == 0 for c in codes[:-1])
     else:
         ok = all(c == 0 for c in codes)
