@@ -11,7 +11,7 @@
 namespace chorus::algo {
 
 namespace {
-constexpr int kRadix = 4;
+constexpr int kBroadcastRadix = 4;
 }
 
 void broadcastKnomial(Context& ctx, const Op& op) {
@@ -19,7 +19,7 @@ void broadcastKnomial(Context& ctx, const Op& op) {
   const int r = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
   const size_t bytes = op.count * elem;
-  const patterns::TreeLinks links = patterns::knomialTree(ctx.size(), op.root, kRadix, r);
+  const patterns::TreeLinks links = patterns::knomialTree(ctx.size(), op.root, kBroadcastRadix, r);
   std::vector<engine::Transfer> ts;
   ts.reserve(links.children.size() + 1);
   const void* src = op.recv;
@@ -42,8 +42,8 @@ void broadcastKnomial(Context& ctx, const Op& op) {
 // Depth ceil(log_4 n); the root serves up to (k - 1) d children.
 double broadcastKnomialUs(const CostModel& m, const Op& op, int n) {
   const auto t = m.terms(op, n);
-  const int d = ceilLog(n, kRadix);
-  return d * t.al + (kRadix - 1) * d * t.B * t.wire;
+  const int d = ceilLog(n, kBroadcastRadix);
+  return d * t.al + (kBroadcastRadix - 1) * d * t.B * t.wire;
 }
 
 }  // namespace chorus::algo

@@ -11,7 +11,7 @@
 namespace chorus::algo {
 
 namespace {
-constexpr int kRadix = 4;
+constexpr int kReduceRadix = 4;
 constexpr size_t kChunkBytes = size_t{128} << 10;
 }  // namespace
 
@@ -19,7 +19,7 @@ void reduceKnomial(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   const int n = ctx.size(), r = ctx.rank();
   const size_t elem = dataTypeSize(op.type);
-  const patterns::TreeLinks links = patterns::knomialTree(n, op.root, kRadix, r);
+  const patterns::TreeLinks links = patterns::knomialTree(n, op.root, kReduceRadix, r);
   const bool isRoot = r == op.root;
   const size_t line = cacheLineElems(elem);
   const size_t chunkElems = std::max(line, kChunkBytes / elem / line * line);
@@ -65,8 +65,8 @@ void reduceKnomial(Context& ctx, const Op& op) {
 // Depth ceil(log_4 n); a parent receives and reduces up to (k - 1) d children's chunks.
 double reduceKnomialUs(const CostModel& m, const Op& op, int n) {
   const auto t = m.terms(op, n);
-  const int d = ceilLog(n, kRadix);
-  return d * t.al + (kRadix - 1) * d * t.B * (t.wire + t.red);
+  const int d = ceilLog(n, kReduceRadix);
+  return d * t.al + (kReduceRadix - 1) * d * t.B * (t.wire + t.red);
 }
 
 }  // namespace chorus::algo

@@ -15,11 +15,6 @@
 namespace chorus::launcher {
 namespace {
 
-void closeFd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
 // Everything the child needs between fork and exec, prepared by the parent.
 struct ExecArgs {
   const ChildSpec* spec;
@@ -54,6 +49,11 @@ struct ExecArgs {
 }
 
 }  // namespace
+
+void closeFd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
 
 ResolvedProgram resolveProgram(const std::string& name) {
   if (name.empty()) return {name, ENOENT};

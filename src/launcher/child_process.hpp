@@ -21,6 +21,9 @@ struct ResolvedProgram {
 
 ResolvedProgram resolveProgram(const std::string& name);
 
+/// Closes `fd` when it is open (>= 0) and sets it to -1.
+void closeFd(int& fd);
+
 struct ChildSpec {
   const ResolvedProgram* program = nullptr;
   char* const* argv = nullptr;               // null-terminated

@@ -67,11 +67,6 @@ std::string secondsText(double seconds) {
   return std::string(buf) + (seconds == 1 ? " second" : " seconds");
 }
 
-void closeFd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
 struct Stream {
   int fd = -1;
   LineRelay relay;

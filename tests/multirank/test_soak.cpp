@@ -2,12 +2,14 @@
 // checked, on ranks as threads, alternating between two communicators of the same ranks: one with
 // the built-in algorithms and one forced onto the pipe-based ones (ring, pipeline, pairwise).
 //
-// CHORUS_SOAK_OPS sets the number of operations (default 1000, the short CI version);
+// CHORUS_SOAK_OPS sets the number of operations (default 1000, the short CI version; 500, the first
+// half of the same sequence, under CHORUS_TEST_QUICK=1, as the ASan+UBSan pass of scripts/test runs);
 // CHORUS_SOAK_MAX_BYTES the largest message (default 4 MiB); CHORUS_SOAK_SEED the seed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "check.hpp"
@@ -59,7 +61,8 @@ std::vector<Step> randomSteps(size_t n, size_t maxBytes, int nranks, uint64_t se
 
 TEST(Soak, RandomCollectivesAllChecked_4Ranks) {
   const int n = 4;
-  const size_t ops = envSize("CHORUS_SOAK_OPS", 1000);
+  const char* quick = std::getenv("CHORUS_TEST_QUICK");
+  const size_t ops = envSize("CHORUS_SOAK_OPS", quick && std::string(quick) == "1" ? 500 : 1000);
   const size_t maxBytes = envSize("CHORUS_SOAK_MAX_BYTES", size_t{4} << 20);
   const uint64_t seed = envSize("CHORUS_SOAK_SEED", 20261129);
   Config builtIn;

@@ -10,7 +10,7 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return ibv_post_s
 int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); }
 int pollCq(ibv_cq* cq, int n, ibv_wc* wc) { return ibv_poll_cq(cq, n, wc); }
 
-LoadedApi<VerbsApi> load() {
+LoadedApi<VerbsApi> loadVerbs() {
   LoadedApi<VerbsApi> l;
   DlLibrary lib({"libibverbs.so.1"}, "install rdma-core's libibverbs1");
   VerbsApi& a = l.api;
@@ -40,7 +40,7 @@ LoadedApi<VerbsApi> load() {
 }  // namespace
 
 const VerbsApi* VerbsApi::system(std::string* why) {
-  static const LoadedApi<VerbsApi> loaded = load();
+  static const LoadedApi<VerbsApi> loaded = loadVerbs();
   return loaded.get(why);
 }
 

@@ -6,7 +6,7 @@ namespace chorus::transport {
 
 namespace {
 
-LoadedApi<UcxApi> load() {
+LoadedApi<UcxApi> loadUcx() {
   LoadedApi<UcxApi> l;
   DlLibrary lib({"libucp.so.0"}, "install UCX, e.g. Debian's libucx0", "UCX older than 1.10?");
   UcxApi& a = l.api;
@@ -43,7 +43,7 @@ LoadedApi<UcxApi> load() {
 }  // namespace
 
 const UcxApi* UcxApi::get(std::string* why) {
-  static const LoadedApi<UcxApi> loaded = load();
+  static const LoadedApi<UcxApi> loaded = loadUcx();
   return loaded.get(why);
 }
 
