@@ -32,9 +32,13 @@ std::string describe(const Case& c, int nranks) {
          std::to_string(c.root) + " ranks " + std::to_string(nranks);
 }
 
-std::vector<size_t> matrixCounts() {
+bool quickTests() {
   const char* quick = std::getenv("CHORUS_TEST_QUICK");
-  if (quick && std::string(quick) == "1") return {0, 1, 7, 1023, 65539};
+  return quick != nullptr && std::string(quick) == "1";
+}
+
+std::vector<size_t> matrixCounts() {
+  if (quickTests()) return {0, 1, 7, 1023, 65539};
   return {0, 1, 7, 1023, 1048579};
 }
 

@@ -199,8 +199,10 @@ std::vector<Case> matrix(Coll coll, int nranks, const std::vector<size_t>& count
 /// choice (the choice must be the same on every rank). The case for this rank, for runCase.
 std::vector<Case> mixedInPlaceCases(int rank, int nranks, bool flip);
 
-/// Counts used by the matrix: {0, 1, 7, 1023, 1048579}, or a shorter list when CHORUS_TEST_QUICK=1
-/// (sanitizer builds).
+/// True when CHORUS_TEST_QUICK=1: the sanitizer passes of scripts/test, which run shorter matrices.
+bool quickTests();
+
+/// Counts used by the matrix: {0, 1, 7, 1023, 1048579}, or a shorter list under quickTests().
 std::vector<size_t> matrixCounts();
 
 }  // namespace chorus::testing

@@ -61,8 +61,7 @@ std::vector<Step> randomSteps(size_t n, size_t maxBytes, int nranks, uint64_t se
 
 TEST(Soak, RandomCollectivesAllChecked_4Ranks) {
   const int n = 4;
-  const char* quick = std::getenv("CHORUS_TEST_QUICK");
-  const size_t ops = envSize("CHORUS_SOAK_OPS", quick && std::string(quick) == "1" ? 500 : 1000);
+  const size_t ops = envSize("CHORUS_SOAK_OPS", quickTests() ? 500 : 1000);
   const size_t maxBytes = envSize("CHORUS_SOAK_MAX_BYTES", size_t{4} << 20);
   const uint64_t seed = envSize("CHORUS_SOAK_SEED", 20261129);
   Config builtIn;
