@@ -9,8 +9,8 @@
 // non-temporal threshold but one rank's output does not (algo::streamsFirst), each rank times its
 // calls both ways (the all-gather's copies out; the allreduce's whole call, whose copies out alone
 // favoured streaming where it made the call slower), per collective and size class, streaming
-// first, and uses the faster (TimedChoice). The results are the same bit for bit either way, so ranks need not agree. With
-// CHORUS_NT_STORE_BYTES set, the threshold alone decides.
+// first, and uses the faster (TimedChoice). The results are the same bit for bit either way, so ranks need
+// not agree. With CHORUS_NT_STORE_BYTES set, the threshold alone decides.
 #pragma once
 
 #include <array>
