@@ -7,9 +7,9 @@
 // 2-rank one of 4 MiB 1.5x, while on a Zen 5 EPYC VM (L3 32 MiB) it made the 4-rank one of 8 MiB
 // 1.7x slower (docs/performance.md, "Output stores, timed"). So where all ranks' buffers reach the
 // non-temporal threshold but one rank's output does not (algo::streamsFirst), each rank times its
-// calls both ways (the all-gather's copies out; the allreduce's whole call, whose copies out alone
-// favoured streaming where it made the call slower), per collective and size class, streaming
-// first, and uses the faster (TimedChoice). The results are the same bit for bit either way, so ranks need
+// calls both ways (from the first synchronisation on: the copies out alone favoured streaming where
+// it made the call slower), per collective and size class, streaming first, and uses the faster
+// (TimedChoice). The results are the same bit for bit either way, so ranks need
 // not agree. With CHORUS_NT_STORE_BYTES set, the threshold alone decides.
 #pragma once
 
@@ -39,8 +39,8 @@ class OutputStores {
   /// How to write the next call's output; `preferred` is the way tried first in each class (the
   /// algorithms pass streaming) and the answer for calls not timed.
   kernels::CopyMode next(OpKind kind, size_t outputBytes, kernels::CopyMode preferred);
-  /// The call that next() answered `mode` for took `ns` nanoseconds as its algorithm times it (the
-  /// all-gather its copies out, the allreduce the whole call from its first synchronisation).
+  /// The call that next() answered `mode` for took `ns` nanoseconds from its first synchronisation
+  /// to this rank's last copy out.
   void record(OpKind kind, size_t outputBytes, kernels::CopyMode mode, uint64_t ns);
 
   /// The class's estimated nanoseconds per KiB of output each way (0 before a sample), and its
