@@ -9,8 +9,8 @@
 // non-temporal threshold but one rank's output does not (algo::streamsFirst), each rank times its
 // calls both ways (from the first synchronisation on: the copies out alone favoured streaming where
 // it made the call slower), per collective and size class, streaming first, and uses the faster
-// (TimedChoice). The results are the same bit for bit either way, so ranks need
-// not agree. With CHORUS_NT_STORE_BYTES set, the threshold alone decides.
+// (TimedChoice). The results are the same bit for bit either way, so ranks need not agree. With
+// CHORUS_NT_STORE_BYTES set, the threshold alone decides.
 #pragma once
 
 #include <array>
