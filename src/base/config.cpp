@@ -319,6 +319,16 @@ const Setting kSettings[] = {
      [](const EnvConfig& c) {
        return c.singleCopyChoice.empty() ? std::string("timed") : c.singleCopyChoice;
      }},
+    // 1: the staging size, where unset, measured on this machine (and cached); 0: L2 / 2.
+    {"CHORUS_STAGE_PROBE", "must be 0 or 1", flag<&EnvConfig::stageProbe>, showFlag<&EnvConfig::stageProbe>},
+    // The directory of what was measured on this machine (an absolute path).
+    {"CHORUS_CACHE_DIR", "must be an absolute path",
+     [](const std::string& s, EnvConfig& c) {
+       if (s.empty() || s[0] != '/') return false;
+       c.cacheDir = s;
+       return true;
+     },
+     showText<&EnvConfig::cacheDir>},
     // How waiting ranks pass the time: auto (by ranks per core), spin, yield or sleep.
     {"CHORUS_WAIT", "must be auto, spin, adaptive, yield or sleep",
      [](const std::string& s, EnvConfig& c) {

@@ -78,6 +78,12 @@ struct EnvConfig {
   /// CHORUS_SINGLE_COPY_CHOICE: how the allreduce picks single copy or staging where either may
   /// win: "" (timed by rank 0) or "ranges" (the measured size ranges; engine/single_copy_choice.hpp).
   std::string singleCopyChoice;
+  /// CHORUS_STAGE_PROBE: where nothing sets the staging size, measure it on this machine (cached
+  /// in CHORUS_CACHE_DIR; topology/stage_probe.hpp); 0: the L2 / 2 rule.
+  bool stageProbe = true;
+  /// CHORUS_CACHE_DIR: where what was measured on this machine is kept ("": $XDG_CACHE_HOME/chorus,
+  /// else $HOME/.cache/chorus).
+  std::string cacheDir;
   /// CHORUS_TOPO_FILE (an hwloc XML file used as this host's topology) and CHORUS_TOPO_DUMP_FILE.
   std::string topoFile;
   std::string topoDumpFile;

@@ -17,8 +17,8 @@
 #include "base/rank_wait.hpp"
 #include "bootstrap/watched_store.hpp"
 #include "core/comm_impl.hpp"
-#include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
+#include "topology/stage_probe.hpp"
 #include "transports/factory.hpp"
 #include "transports/shm/shm_group.hpp"
 
@@ -85,7 +85,8 @@ std::shared_ptr<CommImpl> CommImpl::create(std::shared_ptr<Store> store, int ran
   std::shared_ptr<Store> shared = makePrefixStore(strCat("chorus/comm", generation, "/"), store);
   try {
     Config resolved = resolveConfig(config);
-    if (resolved.shmStageBytes == 0) resolved.shmStageBytes = topo::localCacheThresholds().stageBytes;
+    // Rank 0's staging size holds for all (init adopts it), so only rank 0 may need to measure it.
+    if (resolved.shmStageBytes == 0 && rank == 0) resolved.shmStageBytes = topo::localStageChoice().bytes;
     std::shared_ptr<CommImpl> comm(new CommImpl(rank, size, resolved));
     comm->selector_ = tuning::Selector(tuning::parseRules(resolved.algo), rank, size);
     comm->init(makeWatchedStore(shared, rank), std::move(keepAlive));

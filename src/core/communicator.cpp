@@ -5,14 +5,14 @@
 #include "core/api.hpp"
 #include "core/comm_impl.hpp"
 #include "core/group.hpp"
-#include "topology/cache_thresholds.hpp"
+#include "topology/stage_probe.hpp"
 #include "transports/shm/shm_memory.hpp"
 
 namespace chorus {
 
 Config Config::fromEnvironment() {
   Config c = resolveConfig(Config{});
-  if (c.shmStageBytes == 0) c.shmStageBytes = topo::localCacheThresholds().stageBytes;
+  if (c.shmStageBytes == 0) c.shmStageBytes = topo::localStageChoice().bytes;
   return c;
 }
 

@@ -22,6 +22,7 @@
 #include "kernels/cpu/reduce.hpp"
 #include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
+#include "topology/stage_probe.hpp"
 #include "transports/factory.hpp"
 #include "transports/shm/peer_memory.hpp"
 #include "transports/shm/shm_group.hpp"
@@ -176,18 +177,23 @@ void printJson(const Facts& f) {
       {"used", f.singleCopyReady && env.cma && transport::peerReadsPay(f.singleCopySpeed, env.cmaAlways)},
       {"CHORUS_CMA", configValue("CHORUS_CMA")}};
   const topo::CacheThresholds& t = topo::localCacheThresholds();
-  j["thresholds"] = {{"l2_bytes", t.l2Bytes},
-                     {"l3_bytes", t.l3Bytes},
-                     {"basis", t.basis},
-                     {"nt_store_bytes", topo::ntStoreBytes()},
-                     {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
-                     {"output_stores", env.ntStoreBytes ? "threshold" : "timed"},
-                     {"nt_copy_pages", kernels::streamPages()},
-                     {"nt_copy_pages_from", kernels::streamPagesBasis()},
-                     {"stage_write", configValue("CHORUS_STAGE_WRITE")},
-                     {"single_copy_choice", configValue("CHORUS_SINGLE_COPY_CHOICE")},
-                     {"shm_stage_bytes", config.shmStageBytes},
-                     {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"}};
+  j["thresholds"] = {
+      {"l2_bytes", t.l2Bytes},
+      {"l3_bytes", t.l3Bytes},
+      {"basis", t.basis},
+      {"nt_store_bytes", topo::ntStoreBytes()},
+      {"nt_store_from", env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : "machine"},
+      {"output_stores", env.ntStoreBytes ? "threshold" : "timed"},
+      {"nt_copy_pages", kernels::streamPages()},
+      {"nt_copy_pages_from", kernels::streamPagesBasis()},
+      {"stage_write", configValue("CHORUS_STAGE_WRITE")},
+      {"single_copy_choice", configValue("CHORUS_SINGLE_COPY_CHOICE")},
+      {"shm_stage_bytes", config.shmStageBytes},
+      {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"},
+      {"shm_stage_basis", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis},
+      {"shm_stage_rule_bytes", t.stageBytes},
+      {"CHORUS_STAGE_PROBE", configValue("CHORUS_STAGE_PROBE")},
+      {"cache_dir", topo::probeCacheDir()}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
   j["config"] = {{"CHORUS_TIMEOUT_ms", config.timeout.count()},
                  {"CHORUS_SHM_STAGE_BYTES", config.shmStageBytes},
@@ -240,11 +246,13 @@ void printSetup(const Facts& f) {
       formatBytes(env.cudaStageBytes).c_str(), formatBytes(env.cudaLlBytes).c_str(),
       formatBytes(env.cudaP2pChunkBytes).c_str(), env.cudaSharedGpuIpc ? "ipc" : "staged");
   const topo::CacheThresholds& t = topo::localCacheThresholds();
-  std::printf("\nThresholds         non-temporal stores from %s per rank (%s), staging %s per rank (%s)\n",
+  std::printf("\nThresholds         non-temporal stores from %s per rank (%s)\n",
               formatBytes(topo::ntStoreBytes()).c_str(),
-              env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : t.basis.c_str(),
+              env.ntStoreBytes ? "CHORUS_NT_STORE_BYTES" : t.basis.c_str());
+  std::printf("                   staging %s per rank (%s; the L2 / 2 rule: %s)\n",
               formatBytes(config.shmStageBytes).c_str(),
-              env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : t.basis.c_str());
+              env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis.c_str(),
+              formatBytes(t.stageBytes).c_str());
   std::printf("                   staged all-gather and allreduce outputs: %s\n",
               env.ntStoreBytes ? "by the threshold per rank (CHORUS_NT_STORE_BYTES set)"
                                : "timed by each rank, streaming first, where all ranks' buffers reach the "

@@ -130,7 +130,7 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
                                                           : r));
   }
   logInfo(Subsys::Shm, "rank ", rank, ": shared memory ready, ", nranks, " segments of ",
-          formatBytes(segmentBytes_));
+          formatBytes(segmentBytes_), " (staging ", formatBytes(2 * stageHalf_), " per rank)");
 }
 
 void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
