@@ -119,7 +119,8 @@ struct CHORUS_API Config {
   /// "allreduce:0-4k:rd,allreduce:ring". Empty: the built-in choice.
   std::string algo;
   /// Bytes per rank of the shared-memory staging area (CHORUS_SHM_STAGE_BYTES; default from the
-  /// machine: half its L2 cache, as a power of two from 256 KiB to 8 MiB; 1 MiB where unknown).
+  /// machine: half its L2 cache, as a power of two from 256 KiB to 8 MiB (1 MiB where unknown), or
+  /// twice that where measured faster on the machine (CHORUS_STAGE_PROBE, docs/configuration.md)).
   size_t shmStageBytes = 0;
   /// Bytes of each shared-memory point-to-point FIFO (CHORUS_SHM_FIFO_BYTES; default 1 MiB).
   size_t shmFifoBytes = 0;

@@ -3,7 +3,8 @@
 // chunk of the direct algorithms is (its working set must stay in L2). The non-temporal threshold
 // is the one measured best on the EPYC VM with data in the buffers; the staging size reproduces
 // the one measured best on the 2 MiB-L2 Xeon VM (docs/performance.md, "Thresholds from the
-// machine"); CHORUS_NT_STORE_BYTES and CHORUS_SHM_STAGE_BYTES override them.
+// machine") and is the smaller of the two sizes topology/stage_probe.hpp times on the machine;
+// CHORUS_NT_STORE_BYTES and CHORUS_SHM_STAGE_BYTES override them.
 #pragma once
 
 #include <cstddef>

@@ -109,19 +109,21 @@ std::string readCpuModel() {
   return "unknown CPU";
 }
 
-// An exclusive lock on `path`, taken by polling until `deadline`; -1 if not had by then (or where
-// the file cannot be opened).
-int lockFile(const std::string& path, Clock::time_point deadline) {
+// An exclusive lock on `path`, taken by polling until `deadline`: its descriptor, or -1 with
+// `*held` saying whether another process held it that long (else the file could not be opened).
+int lockFile(const std::string& path, Clock::time_point deadline, bool* held) {
+  *held = false;
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (Clock::now() > deadline) break;
+    if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() > deadline) {
+      *held = errno == EWOULDBLOCK;
+      ::close(fd);
+      return -1;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
-  ::close(fd);
-  return -1;
+  return fd;
 }
 
 bool makeDirs(const std::string& dir) {
@@ -178,15 +180,21 @@ StageChoice decideStage() {
   }
   std::string why;
   if (!makeDirs(dir)) {
+    const std::string cause = std::strerror(errno);
     auto [bytes, note] = probe();
-    return {bytes,
-            strCat("measured (", note, "); not cached: cannot create ", dir, ": ", std::strerror(errno))};
+    return {bytes, strCat("measured (", note, "); not cached: cannot create ", dir, ": ", cause)};
   }
   // Processes starting together take turns: the first measures, the others read what it wrote.
-  const int lock = lockFile(file + ".lock", Clock::now() + std::chrono::seconds(3));
-  if (lock < 0) {
+  bool held = false;
+  const int lock = lockFile(file + ".lock", Clock::now() + std::chrono::seconds(3), &held);
+  if (lock < 0 && held) {
     rule.basis += strCat(" (", file, ".lock held by another process past 3 s)");
     return rule;
+  }
+  if (lock < 0) {
+    const std::string cause = std::strerror(errno);
+    auto [bytes, note] = probe();
+    return {bytes, strCat("measured (", note, "); not cached: cannot open ", file, ".lock: ", cause)};
   }
   StageChoice out;
   if (auto cached = readCachedStage(file, key)) {
@@ -194,9 +202,13 @@ StageChoice decideStage() {
   } else {
     auto [bytes, note] = probe();
     out.bytes = bytes;
-    out.basis = writeCachedStage(file, key, bytes, note, &why)
-                    ? strCat("measured (", note, "), cached in ", file)
-                    : strCat("measured (", note, "); not cached: ", why);
+    if (note.rfind("probe failed", 0) == 0) {
+      out.basis = strCat(rule.basis, " (", note, "; not cached)");  // the next process tries again
+    } else {
+      out.basis = writeCachedStage(file, key, bytes, note, &why)
+                      ? strCat("measured (", note, "), cached in ", file)
+                      : strCat("measured (", note, "); not cached: ", why);
+    }
   }
   ::close(lock);
   return out;

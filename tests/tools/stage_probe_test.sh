@@ -2,7 +2,8 @@
 # stage_probe_test.sh CHORUS_INFO CHORUSRUN CHORUS_PERF: the staging size measured on this machine
 # (topology/stage_probe.hpp): measured once and cached in CHORUS_CACHE_DIR/machine-probe, read back
 # by the next process (and by a job, whose rank 0 uses it), measured again when the file is for
-# another machine or deleted; CHORUS_STAGE_PROBE=0 and CHORUS_SHM_STAGE_BYTES are obeyed; a cache
+# another machine or deleted; a lock held by another process is waited for 3 s, then the L2 / 2
+# rule; CHORUS_STAGE_PROBE=0 and CHORUS_SHM_STAGE_BYTES are obeyed; a cache
 # directory that cannot be made is reported. Exits 77 in a sanitizer build (which does not probe).
 set -uo pipefail
 info=$1 run=$2 perf=$3
@@ -49,6 +50,18 @@ line=$(staging "$(CHORUS_CACHE_DIR=$dir "$info" -n 2 2>&1)")
 grep -q "(measured (reduce-scatter" <<<"$line" || fail "not measured after the file was deleted: $line"
 [ -e "$dir/machine-probe" ] || fail "not cached again"
 
+# Another process holding the lock past 3 s: the rule, said so, and nothing written.
+if command -v flock >/dev/null; then
+  rm "$dir/machine-probe"
+  flock "$dir/machine-probe.lock" sleep 8 &
+  holder=$!
+  sleep 0.5
+  line=$(staging "$(CHORUS_CACHE_DIR=$dir "$info" -n 2 2>&1)")
+  kill $holder 2>/dev/null; wait $holder 2>/dev/null
+  grep -q "machine-probe.lock held by another process past 3 s); the L2 / 2 rule" <<<"$line" ||
+    fail "a held lock not waited for with a deadline: $line"
+  [ -e "$dir/machine-probe" ] && fail "written without the lock"
+fi
 # The settings.
 line=$(staging "$(CHORUS_CACHE_DIR=$dir CHORUS_STAGE_PROBE=0 "$info" -n 2 2>&1)")
 grep -qF "(CHORUS_STAGE_PROBE=0); the L2 / 2 rule: " <<<"$line" || fail "CHORUS_STAGE_PROBE=0 not obeyed: $line"

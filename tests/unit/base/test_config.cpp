@@ -70,7 +70,9 @@ TEST(Config, EveryKindParses) {
                                 {"CHORUS_FLIGHT_RECORDER_ENTRIES", "0"},
                                 {"CHORUS_CPU_KERNELS", "portable"},
                                 {"CHORUS_NT_COPY_PAGES", "8"},
-                                {"CHORUS_TOPO_FILE", "/tmp/t.xml"}});
+                                {"CHORUS_TOPO_FILE", "/tmp/t.xml"},
+                                {"CHORUS_STAGE_PROBE", "0"},
+                                {"CHORUS_CACHE_DIR", "/tmp/chorus-cache"}});
   EXPECT_TRUE(c.parseError.empty()) << c.parseError;
   EXPECT_EQ(c.logLevel, LogLevel::Info);
   EXPECT_EQ(c.timeout, std::chrono::milliseconds(2500));
@@ -90,6 +92,9 @@ TEST(Config, EveryKindParses) {
   EXPECT_EQ(c.cpuKernels, "portable");
   EXPECT_EQ(c.ntCopyPages, 8);
   EXPECT_EQ(c.topoFile, "/tmp/t.xml");
+  EXPECT_FALSE(c.stageProbe);
+  EXPECT_EQ(c.cacheDir, "/tmp/chorus-cache");
+  EXPECT_TRUE(readFrom({}).stageProbe);
 }
 
 // A malformed or out-of-range value is named with what is wanted, the default is kept, and the
@@ -107,6 +112,8 @@ TEST(Config, MalformedValuesAreNamedWithWhatIsWrong) {
       {"CHORUS_SHM_STAGE_BYTES", "1k", "CHORUS_SHM_STAGE_BYTES='1k' must be a size between 64K and 1G"},
       {"CHORUS_SHM_FIFO_BYTES", "lots", "CHORUS_SHM_FIFO_BYTES='lots' must be a size between 4K and 1G"},
       {"CHORUS_CHECK", "yes", "CHORUS_CHECK='yes' must be 0 or 1"},
+      {"CHORUS_STAGE_PROBE", "on", "CHORUS_STAGE_PROBE='on' must be 0 or 1"},
+      {"CHORUS_CACHE_DIR", "cache", "CHORUS_CACHE_DIR='cache' must be an absolute path"},
       {"CHORUS_WAIT", "busy", "CHORUS_WAIT='busy' must be auto, spin, adaptive, yield or sleep"},
       {"CHORUS_CMA", "often", "CHORUS_CMA='often' must be 0, 1, auto or a size such as 256K"},
       {"CHORUS_VIRTUAL_HOSTS", "-2", "CHORUS_VIRTUAL_HOSTS='-2' must be a number of hosts (0 = off)"},
