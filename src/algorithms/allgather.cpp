@@ -62,11 +62,14 @@ void allGatherDirect(Context& ctx, const Op& op) {
   // output is their input's size (its working set is (n + 1) / 2n of theirs per output byte).
   const kernels::CopyMode store = outputCopyMode((static_cast<size_t>(n) + 1) * block / 2);
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
-  // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy.
+  // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy
+  // where cross-memory attach is fast enough here.
   engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
   const size_t output = static_cast<size_t>(n) * block;
-  const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, block, output);
-  const uint32_t verdict = asks ? choice.verdict(op.kind, block, true, true) : 0;
+  // Where cross-memory attach is slow here, staging is the way tried first.
+  const bool asks = me == 0 && shared(ctx).peerReadsTimed() && singleCopyPays(op.kind, block, output);
+  const bool fast = shared(ctx).peerReadsEnabled();
+  const uint32_t verdict = asks ? choice.verdict(op.kind, block, fast, fast) : 0;
   std::vector<engine::PeerBuffers> peers;
   if (!trySingleCopy(ctx, op.kind, block, output, op.send, block, op.recv, 0, peers, verdict)) {
     return allGatherStaged(ctx, op, inPlace, store);

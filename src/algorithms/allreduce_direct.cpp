@@ -163,9 +163,11 @@ void allReduceDirect(Context& ctx, const Op& op) {
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp).
   engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
-  const bool asks = me == 0 && shared(ctx).peerReadsEnabled() && singleCopyPays(op.kind, bytes, bytes);
-  const uint32_t verdict = asks ? choice.verdict(op.kind, bytes, pullingPays(op.kind, bytes, false),
-                                                 pullingPays(op.kind, bytes, true))
+  // Where cross-memory attach is slow here, staging is the way tried first.
+  const bool asks = me == 0 && shared(ctx).peerReadsTimed() && singleCopyPays(op.kind, bytes, bytes);
+  const bool fast = shared(ctx).peerReadsEnabled();
+  const uint32_t verdict = asks ? choice.verdict(op.kind, bytes, fast && pullingPays(op.kind, bytes, false),
+                                                 fast && pullingPays(op.kind, bytes, true))
                                 : 0;
   std::vector<engine::PeerBuffers> peers;
   if (trySingleCopy(ctx, op.kind, bytes, bytes, op.send, bytes, op.recv, bytes, peers, verdict)) {

@@ -128,8 +128,9 @@ inline bool tryZeroCopy(Context& ctx, size_t messageBytes, const void* send, siz
   return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers);
 }
 
-/// Single copy: zero copy, or else (every rank able to read every peer process's memory, and
-/// singleCopyPays) the peers' ordinary buffers read in place: directly between ranks of one
+/// Single copy: zero copy, or else (every rank able to read every peer process's memory, fast
+/// enough or, for the collectives rank 0 times, at all, and singleCopyPays) the peers' ordinary
+/// buffers read in place: directly between ranks of one
 /// process, by cross-memory attach between processes. The caller reads peers' buffers only
 /// through ShmSync::readPeer and synchronises once more before returning (nobody may reuse a
 /// buffer a peer still reads). The same answer on every rank. `choice` travels to every rank's
@@ -138,7 +139,9 @@ inline bool trySingleCopy(Context& ctx, OpKind kind, size_t messageBytes, size_t
                           const void* send, size_t sendBytes, void* recv, size_t recvBytes,
                           std::vector<engine::PeerBuffers>& peers, uint32_t choice = 0) {
   engine::ShmSync& sm = shared(ctx);
-  const bool ordinary = sm.peerReadsEnabled() && singleCopyPays(kind, messageBytes, outputBytes);
+  const bool ordinary =
+      (engine::SingleCopyChoice::times(kind) ? sm.peerReadsTimed() : sm.peerReadsEnabled()) &&
+      singleCopyPays(kind, messageBytes, outputBytes);
   if (!ordinary && (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled())) return false;
   return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary, choice);
 }

@@ -18,14 +18,33 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   // The output overwrites this rank's own input block in place: those lines were just read.
   const kernels::CopyMode store =
       outputCopyMode(op.count * elem, op.recv == at(op.send, static_cast<size_t>(me) * op.count, elem));
-  if (trySingleCopy(ctx, op.kind, sendBytes, op.count * elem, op.send, sendBytes, op.recv, 0, peers)) {
-    if (!peers[static_cast<size_t>(me)].mapped) {
-      // Single copy: pull block `me` of every peer's input into cache, reduce into the output.
-      reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n),
-                   store, false);
-      shared(ctx).syncAll();  // nobody reads this rank's input any more
-      return;
-    }
+  auto staged = [&] {
+    transport::ShmGroup& shm = shared(ctx).group();
+    const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
+    forEachStagedChunk(
+        ctx, op.count, chunk,
+        [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
+        [&](size_t off, size_t ce, int h) {
+          for (int k = 0; k < n; ++k)
+            srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
+          // This rank's own block is read from its input: staging it would only copy it once more.
+          srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
+          kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
+                          store);
+        });
+  };
+  // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
+  // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy
+  // where cross-memory attach is fast enough here, else staging is tried first.
+  engine::SingleCopyChoice& choice = shared(ctx).singleCopyChoice();
+  const bool asks =
+      me == 0 && shared(ctx).peerReadsTimed() && singleCopyPays(op.kind, sendBytes, op.count * elem);
+  const bool fast = shared(ctx).peerReadsEnabled();
+  const uint32_t verdict = asks ? choice.verdict(op.kind, sendBytes, fast, fast) : 0;
+  if (!trySingleCopy(ctx, op.kind, sendBytes, op.count * elem, op.send, sendBytes, op.recv, 0, peers,
+                     verdict))
+    return staged();
+  if (peers[static_cast<size_t>(me)].mapped) {
     // Zero copy: reduce block `me` of every peer's input straight into the output.
     for (int k = 0; k < n; ++k)
       srcs[static_cast<size_t>(k)] =
@@ -34,18 +53,24 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     shared(ctx).syncAll();  // nobody reads this rank's input any more
     return;
   }
-  transport::ShmGroup& shm = shared(ctx).group();
-  const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
-  forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
-      [&](size_t off, size_t ce, int h) {
-        for (int k = 0; k < n; ++k)
-          srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
-        // This rank's own block is read from its input: staging it would only copy it once more.
-        srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
-        kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
-      });
+  // Every rank is here: rank 0's clock starts (a timed call ends with every rank done).
+  const auto start = std::chrono::steady_clock::now();
+  bool anyInPlace = false;  // a rank whose output is its own block of the input (addresses in its process)
+  for (int k = 0; k < n; ++k) {
+    const engine::PeerBuffers& p = peers[static_cast<size_t>(k)];
+    anyInPlace = anyInPlace || p.recv == p.send + static_cast<size_t>(k) * op.count * elem;
+  }
+  const engine::SingleCopyChoice::Way way = choice.follow(peers[0].choice, anyInPlace);
+  if (way.single) {
+    // Single copy: pull block `me` of every peer's input into cache, reduce into the output.
+    reducePulled(ctx, op, peers, static_cast<size_t>(me) * op.count, op.count, op.recv, avgDivisor(op, n),
+                 store, false);
+    shared(ctx).syncAll();  // nobody reads this rank's input any more
+  } else {
+    staged();  // nobody reads this rank's input: the staging areas hold what the peers read
+    if (way.timed) shared(ctx).syncAll();
+  }
+  if (asks && way.timed) choice.record(op.kind, sendBytes, anyInPlace, way.single, nsSince(start));
 }
 
 // Ring: block r-s-1 travels one hop per step, each rank adding its own contribution; partial

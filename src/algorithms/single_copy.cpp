@@ -9,7 +9,12 @@
 // 23-25% of memcpy's rate, and staging beat single copy 1.2-3x at every size of allreduce,
 // all_gather and reduce_scatter from 32 KiB. So these ranges apply between processes only where
 // the host's first rank measured the read at 50% of memcpy's rate or more at set-up (ShmGroup;
-// peerReadsEnabled() is false otherwise; CHORUS_CMA=1 or a size skips the test).
+// peerReadsEnabled() is false otherwise; CHORUS_CMA=1 or a size skips the test). Below it, the
+// allreduce, all_gather and reduce_scatter still read in place where rank 0's timing says so,
+// staging first (peerReadsTimed(), engine/single_copy_choice.hpp): on that EPYC the read is slow
+// but where the host puts the two vCPUs on two core complexes, staging crosses between them twice
+// and single copy once, 1.6-3.5x faster (docs/performance.md, "Timed where cross-memory attach is
+// slow").
 //
 // Measured with chorus-perf on the 2-core Xeon VM (the read at 63-76% of memcpy's rate), 2 ranks,
 // float32, CHORUS_CMA=0 against forced single copy (docs/performance.md, "Single copy", has the

@@ -140,7 +140,7 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
                               std::vector<PeerBuffers>& peers, bool ordinaryToo, uint32_t choice) {
-  ordinaryToo = ordinaryToo && peerReadsEnabled();
+  ordinaryToo = ordinaryToo && peerReadsTimed();
   if (!zeroCopy_ && !ordinaryToo) return false;
   const int n = size(), me = rank();
   const uint64_t seq = ++bufferSeq_;

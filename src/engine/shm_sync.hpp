@@ -108,14 +108,20 @@ class ShmSync {
   /// every rank's buffers (one synchronisation), so only for large messages.
   ///
   /// With `ordinaryToo` (single copy: the caller reads peers' buffers only through readPeer), the
-  /// answer is true also for ordinary memory where peerReadsEnabled(): every rank then waits for
+  /// answer is true also for ordinary memory where peerReadsTimed(): every rank then waits for
   /// every rank's buffers, so `ordinaryToo` must be the same on every rank (a function of the call).
   /// `choice` travels with this rank's buffers to every rank's PeerBuffers::choice.
   bool exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,
                        std::vector<PeerBuffers>& peers, bool ordinaryToo = false, uint32_t choice = 0);
   bool zeroCopyEnabled() const { return zeroCopy_; }
-  /// Whether every rank can read every other rank's ordinary memory in place (ShmGroup's probe).
-  bool peerReadsEnabled() const { return group_.peerMemoryReadable(); }
+  /// Whether every rank can read every other rank's ordinary memory in place (ShmGroup's probe),
+  /// and cross-memory attach is fast enough here for the paths that read in place by size alone.
+  bool peerReadsEnabled() const { return group_.peerReadsFast(); }
+  /// Whether single copy may be tried where rank 0 decides it (SingleCopyChoice::times): every
+  /// rank can read every other in place, however fast (the same answer on every rank, whatever
+  /// each one's CHORUS_SINGLE_COPY_CHOICE). Where cross-memory attach is slow, rank 0 tries
+  /// staging first, and under the `ranges` policy it always stages.
+  bool peerReadsTimed() const { return group_.peerMemoryReadable(); }
   /// Copies `bytes` at `src` of rank `peer`'s buffers (`p`, from exchangeBuffers) to `dst`: a copy
   /// in this process (`mode` applies), else a cross-memory read. A failure names the peer, and the
   /// peer's own failure where it published one (it exited, taking its buffers along).

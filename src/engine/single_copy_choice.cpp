@@ -1,4 +1,5 @@
-// Single copy or staging for the allreduce and all-gather, timed by rank 0 (see single_copy_choice.hpp).
+// Single copy or staging for the allreduce, all-gather and reduce-scatter, timed by rank 0 (see
+// single_copy_choice.hpp).
 #include "engine/single_copy_choice.hpp"
 
 #include <bit>

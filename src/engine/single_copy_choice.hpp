@@ -1,5 +1,5 @@
-// Whether the allreduce and all-gather of ordinary buffers between processes read their peers'
-// buffers in place (single copy: the allreduce's algo::reducePulled, the all-gather's reads of every
+// Whether the allreduce, all-gather and reduce-scatter of ordinary buffers between processes read
+// their peers' buffers in place (single copy: algo::reducePulled, the all-gather's reads of every
 // peer's block) or stage them, for the messages where either may win. Which is
 // faster depends on where the host runs the ranks, not only on the size: on a VM whose host moves
 // its vCPUs, staging was up to 1.5x faster at 256 KiB-1 MiB out of place in one run, and single
@@ -10,6 +10,9 @@
 // own calls each way, per collective, size class (a power of two) and whether any rank works in
 // place (TimedChoice), and its verdict travels with its buffers in the buffer exchange that every
 // such call makes first. The other ranks follow it; all ranks count the calls each way (tests).
+// Where cross-memory attach measured slow at set-up (ShmGroup::peerReadsFast() false: the only
+// single copy left is these three, timed), the caller passes staging as the ranges' answer, so it
+// is the way tried first.
 #pragma once
 
 #include <array>
@@ -30,7 +33,8 @@ class SingleCopyChoice {
 
   explicit SingleCopyChoice(Policy policy = Policy::Timed) : policy_(policy) {}
 
-  /// Whether calls of `kind` are timed (allreduce and all-gather; the others keep their ranges).
+  /// Whether calls of `kind` are timed (allreduce, all-gather and reduce-scatter; the others keep
+  /// their ranges).
   static bool times(OpKind kind) { return slotOf(kind) >= 0; }
   /// Rank 0, before the buffer exchange of a call of `kind` and `bytes` (the size singleCopyPays
   /// takes): the verdict it publishes. The ranges' answers for the call (`pullOutOfPlace` when no
@@ -62,10 +66,13 @@ class SingleCopyChoice {
   double nsPerKiB(OpKind kind, size_t bytes, bool anyInPlace, bool pulled) const;
 
  private:
-  static constexpr int kKinds = 2;     // allreduce, all-gather
+  static constexpr int kKinds = 3;     // allreduce, all-gather, reduce-scatter
   static constexpr int kClasses = 64;  // by the position of the size's highest bit
   static int slotOf(OpKind kind) {
-    return kind == OpKind::AllReduce ? 0 : kind == OpKind::AllGather ? 1 : -1;
+    return kind == OpKind::AllReduce       ? 0
+           : kind == OpKind::AllGather     ? 1
+           : kind == OpKind::ReduceScatter ? 2
+                                           : -1;
   }
   // The class's index, or -1 for a kind not timed.
   static int indexOf(OpKind kind, size_t bytes, bool anyInPlace);

@@ -22,6 +22,10 @@ void TimedChoice::record(int way, double cost) {
   double& estimate = cost_[way];
   if (samples_[way]++ == 0) {
     estimate = cost;
+  } else if (samples_[way] <= kWarmUp) {
+    // A way's first runs pay for what they touch first (pages, caches): the least of the warm-up
+    // samples is the estimate to start from.
+    estimate = std::min(estimate, cost);
   } else {
     // A sample far above the estimate is mostly a thread that lost its core for a while (more
     // ranks than cores): it counts as twice the estimate. Each sample moves the estimate half way,

@@ -13,7 +13,8 @@ namespace chorus::engine {
 
 class TimedChoice {
  public:
-  /// Runs timed each way before the faster one is chosen (alternating, the preferred way first).
+  /// Runs timed each way before the faster one is chosen (alternating, the preferred way first);
+  /// the least of them is the way's first estimate.
   static constexpr uint32_t kWarmUp = 2;
   /// Once warm, every kExplore-th run goes the other way, to notice a change; each try that finds
   /// it slower (by kSwitchMargin) doubles the period, up to kMaxExplore; any other resets it.

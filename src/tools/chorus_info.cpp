@@ -81,8 +81,10 @@ std::string singleCopySpeed(double speed, const chorus::EnvConfig& env) {
   if (!env.cma) return pct + "not used (CHORUS_CMA=0)";
   if (env.cmaAlways)
     return pct + "used whatever its speed (CHORUS_CMA=" + chorus::configValue("CHORUS_CMA") + ")";
-  return pct + (chorus::transport::peerReadsPay(speed, false) ? "used between processes"
-                                                              : "heap buffers are staged between processes");
+  return pct + (chorus::transport::peerReadsPay(speed, false)
+                    ? "used between processes"
+                    : "heap buffers are staged between processes, but where the host's first rank times "
+                      "single copy against staging (allreduce, all-gather, reduce-scatter)");
 }
 
 // What chorus-info reports, gathered once for the text and the JSON output.
@@ -267,11 +269,13 @@ void printSetup(const Facts& f) {
   if (f.singleCopyReady)
     std::printf("                   %s\n", singleCopySpeed(f.singleCopySpeed, env).c_str());
   const std::string choice = configValue("CHORUS_SINGLE_COPY_CHOICE");
-  std::printf("                   allreduce: single copy or staging %s (CHORUS_SINGLE_COPY_CHOICE=%s)\n",
-              env.cmaMinBytes     ? "forced to single copy by CHORUS_CMA"
-              : choice == "timed" ? "timed by the host's first rank, per size"
-                                  : "by the measured size ranges",
-              choice.c_str());
+  std::printf(
+      "                   allreduce, all-gather, reduce-scatter: single copy or staging %s "
+      "(CHORUS_SINGLE_COPY_CHOICE=%s)\n",
+      env.cmaMinBytes     ? "forced to single copy by CHORUS_CMA"
+      : choice == "timed" ? "timed by the host's first rank, per size"
+                          : "by the measured size ranges",
+      choice.c_str());
   std::printf(
       "                   heap buffers of allreduce, reduce-scatter, all-gather, broadcast and all-to-all "
       "read in place, point-to-point messages from %s sent by address (ranks of one process: always): "

@@ -62,23 +62,29 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   engine::ShmSync* sm = c.impl()->sharedMemory();
   if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
   const transport::ShmGroup& g = sm->group();
-  const double mine[2] = {g.peerMemoryReadable() ? 1.0 : 0.0, g.peerReadSpeed()};
-  std::vector<double> all(2 * static_cast<size_t>(c.size()));
-  c.allGather(mine, all.data(), 2, DataType::Float64);
+  const double mine[3] = {g.peerMemoryReadable() ? 1.0 : 0.0, g.peerReadsFast() ? 1.0 : 0.0,
+                          g.peerReadSpeed()};
+  std::vector<double> all(3 * static_cast<size_t>(c.size()));
+  c.allGather(mine, all.data(), 3, DataType::Float64);
   for (int r = 0; r < c.size(); ++r) {
-    EXPECT_EQ(all[2 * static_cast<size_t>(r)], mine[0]) << "rank " << r << " decided otherwise";
-    EXPECT_EQ(all[2 * static_cast<size_t>(r) + 1], mine[1]) << "rank " << r << " saw another speed";
+    EXPECT_EQ(all[3 * static_cast<size_t>(r)], mine[0]) << "rank " << r << " decided otherwise";
+    EXPECT_EQ(all[3 * static_cast<size_t>(r) + 1], mine[1])
+        << "rank " << r << " decided otherwise on the speed";
+    EXPECT_EQ(all[3 * static_cast<size_t>(r) + 2], mine[2]) << "rank " << r << " saw another speed";
   }
   const EnvConfig& env = envConfig();
   const std::string why = g.peerMemoryNote();
+  EXPECT_LE(mine[1], mine[0]) << "fast but not readable";
   if (!env.cma) {
     EXPECT_EQ(mine[0], 0.0);
   } else if (env.cmaAlways) {
-    EXPECT_EQ(mine[1], 0.0) << "measured although CHORUS_CMA forces single copy";
-  } else if (mine[1] > 0) {
-    EXPECT_LT(mine[1], 20.0);
-    EXPECT_EQ(mine[0] == 1.0, mine[1] >= transport::kMinPeerReadSpeed) << why;
-    if (mine[0] == 0.0) {
+    EXPECT_EQ(mine[2], 0.0) << "measured although CHORUS_CMA forces single copy";
+    EXPECT_EQ(mine[1], mine[0]) << "CHORUS_CMA=1 reads in place whatever the speed";
+  } else if (mine[2] > 0) {
+    EXPECT_LT(mine[2], 20.0);
+    EXPECT_EQ(mine[0], 1.0) << "measured, so readable: " << why;
+    EXPECT_EQ(mine[1] == 1.0, mine[2] >= transport::kMinPeerReadSpeed) << why;
+    if (mine[1] == 0.0) {
       EXPECT_NE(why.find("cross-memory attach copies at"), std::string::npos) << why;
     }
   } else {
@@ -86,11 +92,13 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   }
 }
 
-// Single copy or staging for the allreduce and all-gather (engine/single_copy_choice.hpp): rank 0
-// decides, its verdict travels in the buffer exchange, and every rank follows it call by call.
-// Timed (the default), rank 0 tries each way twice per class first, so 22 calls of one size take
-// both paths, and more where the timings say: every rank must have taken the same ones, every
-// result exact. Under CHORUS_CMA=<size> every such call reads in place.
+// Single copy or staging for the allreduce, all-gather and reduce-scatter
+// (engine/single_copy_choice.hpp): rank 0 decides, its verdict travels in the buffer exchange, and
+// every rank follows it call by call. Timed (the default), rank 0 tries each way twice per class
+// first, so 22 calls of one size take both paths, and more where the timings say, also where
+// cross-memory attach is slow here (staging first): every rank must have taken the same ones,
+// every result exact. Under CHORUS_CMA=<size> every such call reads in place; under the ranges
+// policy none does where cross-memory attach is slow.
 TEST(SingleCopyChoiceProcesses, EveryRankTakesRankZerosPath) {
   Communicator& c = comm();
   ASSERT_GE(c.size(), 2) << "run this test under chorusrun -n 2 (or more)";
@@ -100,8 +108,8 @@ TEST(SingleCopyChoiceProcesses, EveryRankTakesRankZerosPath) {
   const uint64_t pulled0 = choice.pulledCalls(), staged0 = choice.stagedCalls();
   constexpr int kCalls = 2 * 2 * engine::TimedChoice::kWarmUp + engine::TimedChoice::kExplore + 2;
   constexpr size_t kCount = 128 * 1024;  // 512 KiB of float32 (the all-gather's block)
-  constexpr int kClasses = 4;            // allreduce, all-gather; out of place, in place
-  for (Coll coll : {Coll::AllReduce, Coll::AllGather}) {
+  constexpr int kClasses = 6;            // allreduce, all-gather, reduce-scatter; out of place, in place
+  for (Coll coll : {Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter}) {
     for (bool inPlace : {false, true}) {
       for (int i = 0; i < kCalls; ++i) {
         const Case k{coll, DataType::Float32, i % 2 ? ReduceOp::Avg : ReduceOp::Sum, kCount, inPlace, 0};
@@ -119,13 +127,15 @@ TEST(SingleCopyChoiceProcesses, EveryRankTakesRankZerosPath) {
     EXPECT_EQ(all[2 * static_cast<size_t>(r)], mine[0]) << "rank " << r << " pulled in other calls";
     EXPECT_EQ(all[2 * static_cast<size_t>(r) + 1], mine[1]) << "rank " << r << " staged in other calls";
   }
-  if (!sm->peerReadsEnabled()) {
+  if (!sm->peerReadsTimed()) {
     EXPECT_EQ(mine[0] + mine[1], 0.0) << "no buffer exchange without single copy";
     return;
   }
   EXPECT_EQ(mine[0] + mine[1], 1.0 * kClasses * kCalls) << "every call asked rank 0";
   if (envConfig().cmaMinBytes) {
     EXPECT_EQ(mine[1], 0.0) << "CHORUS_CMA=<size> forces single copy";
+  } else if (choice.policy() == engine::SingleCopyChoice::Policy::Ranges && !sm->peerReadsEnabled()) {
+    EXPECT_EQ(mine[0], 0.0) << "the ranges read in place where cross-memory attach is slow";
   } else if (choice.policy() == engine::SingleCopyChoice::Policy::Timed) {
     EXPECT_GE(mine[0], 1.0 * kClasses * engine::TimedChoice::kWarmUp) << "read in place too seldom";
     EXPECT_GE(mine[1], 1.0 * kClasses * engine::TimedChoice::kWarmUp) << "staged too seldom";

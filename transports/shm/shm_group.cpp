@@ -115,11 +115,11 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
     if (r == rank || nranks == 1) continue;
     // Pipe rank -> r lives in r's segment, slot `rank`; pipe r -> rank lives in ours, slot `r`.
     std::byte* slotOut = base + kHeaderBytes + fifoSlot * static_cast<size_t>(rank);
-    // Every rank reads every other in place, or none does (agreePeerReads): payloads sent by
-    // address are read by a receiver that may.
+    // Every rank reads every other in place, fast enough, or none does (agreePeerReads): payloads
+    // sent by address are read by a receiver that may.
     sendPipes_[static_cast<size_t>(r)] =
         std::make_unique<ShmSendPipe>(reinterpret_cast<FifoControl*>(slotOut), slotOut + sizeof(FifoControl),
-                                      fifoBytes_, peerReadable_ ? options.inPlaceMinBytes : 0);
+                                      fifoBytes_, peerReadsFast_ ? options.inPlaceMinBytes : 0);
     auto* ownBase = static_cast<std::byte*>(segments_[static_cast<size_t>(rank)].data());
     std::byte* slotIn = ownBase + kHeaderBytes + fifoSlot * static_cast<size_t>(r);
     recvPipes_[static_cast<size_t>(r)] =
@@ -248,13 +248,18 @@ void ShmGroup::agreePeerReads() {
   // Acquired with rank 0's verdict above.
   const Header* first = header(0);
   peerReadSpeed_ = peerReadable_ ? first->peerReadPermille / 1000.0 : 0;
+  peerReadsFast_ = peerReadable_;
   if (peerReadable_ && first->peerReadPermille != 0) {
     const std::string speed = strCat("cross-memory attach copies at ", first->peerReadPermille / 10,
                                      "% of memcpy's rate here (measured at set-up; single copy pays from ",
                                      static_cast<int>(kMinPeerReadSpeed * 100), "%)");
     if (!peerReadsPay(peerReadSpeed_, false)) {
-      peerReadable_ = false;
+      peerReadsFast_ = false;
       peerReadNote_ = strCat(speed, "; CHORUS_CMA=1 reads in place anyway");
+      logInfo(Subsys::Shm, "rank ", rank_,
+              ": collectives stage ordinary buffers, but for the allreduce, all-gather and reduce-scatter, "
+              "whose first rank times single copy against staging: ",
+              peerReadNote_);
     } else {
       logInfo(Subsys::Shm, "rank ", rank_, ": collectives read ordinary buffers in place: ", speed);
     }

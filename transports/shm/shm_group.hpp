@@ -170,9 +170,14 @@ class ShmGroup final : public Transport {
   /// process directly, those of other processes by cross-memory attach (peer_memory.hpp), probed
   /// on every pair at set-up. The same answer on every rank.
   bool peerMemoryReadable() const { return peerReadable_; }
-  /// Why not, when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)", "rank 0 cannot read
-  /// rank 1: process 123 refused it: ...", "cross-memory attach copies at 25% of memcpy's rate
-  /// here ..."); empty otherwise.
+  /// peerMemoryReadable(), and cross-memory attach fast enough here (peerReadsPay) for the paths
+  /// that read in place by size alone; where it is readable but slow, only the collectives whose
+  /// first rank times both ways read in place (engine/single_copy_choice.hpp). The same answer
+  /// on every rank.
+  bool peerReadsFast() const { return peerReadsFast_; }
+  /// Why not (readable, or fast), when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)",
+  /// "rank 0 cannot read rank 1: process 123 refused it: ...", "cross-memory attach copies at 25%
+  /// of memcpy's rate here ..."); empty otherwise.
   const std::string& peerMemoryNote() const { return peerReadNote_; }
   /// Cross-memory attach's speed relative to memcpy as group rank 0 measured it at set-up (0: not
   /// measured: every rank in one process, reads refused, or peerReadsRegardless).
@@ -202,6 +207,7 @@ class ShmGroup final : public Transport {
   std::vector<std::byte*> stages_;
   std::vector<int> remotePids_;  // index = rank; 0 = this process
   bool peerReadable_ = false;
+  bool peerReadsFast_ = false;
   double peerReadSpeed_ = 0;
   std::string peerReadNote_;
 };

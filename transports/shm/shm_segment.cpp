@@ -88,7 +88,9 @@ ShmSegment ShmSegment::create(const std::string& name, size_t bytes) {
     }
     failSystem(strCat("posix_fallocate(", name, ", ", bytes, " bytes)"), rc);
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // Mapped whole at once (MAP_POPULATE): a first collective that touched the pages one fault at
+  // a time ran several times slower than the next, and timed choices took it for the path's cost.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED) {
@@ -114,7 +116,7 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
     fail(chorusInternalError, strCat("shared memory segment ", name, " has ", st.st_size, " bytes, expected ",
                                      bytes, " (ranks disagree on the shared-memory layout)"));
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);  // as create()'s
   int err = errno;
   close(fd);
   if (p == MAP_FAILED) failSystem(strCat("mmap(", name, ", ", bytes, " bytes)"), err);
