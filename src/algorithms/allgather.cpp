@@ -69,7 +69,8 @@ void allGatherDirect(Context& ctx, const Op& op) {
   // Where cross-memory attach is slow here, staging is the way tried first.
   const bool asks = me == 0 && shared(ctx).peerReadsTimed() && singleCopyPays(op.kind, block, output);
   const bool fast = shared(ctx).peerReadsEnabled();
-  const uint32_t verdict = asks ? choice.verdict(op.kind, block, fast, fast) : 0;
+  const bool first = fast && allGatherPullsFirst(output);
+  const uint32_t verdict = asks ? choice.verdict(op.kind, block, first, first) : 0;
   std::vector<engine::PeerBuffers> peers;
   if (!trySingleCopy(ctx, op.kind, block, output, op.send, block, op.recv, 0, peers, verdict)) {
     return allGatherStaged(ctx, op, inPlace, store);

@@ -107,6 +107,9 @@ bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes);
 /// exchanged and every rank knows whether any rank works in place (single_copy.cpp). For the
 /// allreduce only the way tried first: rank 0 times both (engine/single_copy_choice.hpp).
 bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace);
+/// The all-gather's way tried first (rank 0 times both): single copy up to 32 MiB of output per
+/// rank, staging (which streams large outputs) past it.
+bool allGatherPullsFirst(size_t outputBytes);
 
 /// Single copy's reduction, with no synchronisation of its own (the caller exchanged buffers in
 /// `peers` and synchronises afterwards): dst = op.op over every rank k of `count` elements at

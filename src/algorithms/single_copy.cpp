@@ -59,6 +59,11 @@
 //               16 MiB follows where they run (staging up to 1.8x faster with them close, single
 //               copy 1.2-1.8x faster with them far apart), so the allreduce's ranges above are
 //               only the way rank 0 tries first: it times both (engine/single_copy_choice.hpp).
+//               The all-gather and reduce-scatter likewise. Since 2026-12-06 at every size from
+//               the lower bounds above: on the AVX-512 EPYC VM with the vCPUs on two core
+//               complexes, single copy ran the 64-256 MiB allreduce 1.8-2.6x and all-gather
+//               1.6-2.5x faster than staging, which wins 1.3-1.8x with them close
+//               (docs/performance.md, "Timed where cross-memory attach is slow").
 //   4 ranks on 2 cores: single copy loses everywhere (1.1-2x): ranks waiting for each other at the
 //               buffer exchange share cores. The communicator offers no in-place reads then.
 #include "algorithms/common.hpp"
@@ -73,20 +78,22 @@ bool singleCopyPays(OpKind kind, size_t messageBytes, size_t outputBytes) {
   if (env.cmaMinBytes) return hasPath && messageBytes >= env.cmaMinBytes;
   constexpr size_t K = 1024, M = K * K;
   switch (kind) {
-    case OpKind::AllGather:
-      return messageBytes >= 16 * K && outputBytes <= 32 * M;
+    case OpKind::AllGather:  // timed by rank 0 at every size; the ranges' first way: allGatherPullsFirst
+      return messageBytes >= 16 * K;
     case OpKind::Broadcast:
       return messageBytes >= 64 * K && outputBytes < 1 * M;
     case OpKind::AllToAll:
       return messageBytes >= 128 * K;
-    case OpKind::AllReduce:  // the union of pullingPays's ranges: in place or out of place
-      return messageBytes >= 256 * K && messageBytes <= 32 * M;
+    case OpKind::AllReduce:  // timed by rank 0 at every size; the ranges' first way: pullingPays
+      return messageBytes >= 256 * K;
     case OpKind::ReduceScatter:  // the whole send buffer, as zero copy's threshold (16 KiB blocks at 2 ranks)
       return messageBytes >= 32 * K;
     default:
       return false;
   }
 }
+
+bool allGatherPullsFirst(size_t outputBytes) { return outputBytes <= size_t{32} << 20; }
 
 bool pullingPays(OpKind kind, size_t messageBytes, bool anyInPlace) {
   if (envConfig().cmaMinBytes) return true;  // CHORUS_CMA=<size> forces single copy

@@ -41,6 +41,23 @@ TEST(SingleCopyRanges, TheRangesFollowTheThreshold) {
   EXPECT_FALSE(pullingPays(OpKind::AllReduce, 32 * M, false)) << "out of place up to 16 MiB at most";
 }
 
+// The allreduce, all-gather and reduce-scatter are timed by rank 0 at every size from their lower
+// bounds (both ways tried: which wins follows where the host runs the ranks); the ranges only say
+// which way goes first. Broadcast keeps its range.
+TEST(SingleCopyRanges, TheTimedCollectivesHaveNoUpperBound) {
+  unsetenv("CHORUS_CMA");
+  setenv("CHORUS_NT_STORE_BYTES", "4M", 1);
+  EXPECT_FALSE(singleCopyPays(OpKind::AllReduce, 128 * K, 128 * K));
+  EXPECT_TRUE(singleCopyPays(OpKind::AllReduce, 256 * M, 256 * M));
+  EXPECT_FALSE(singleCopyPays(OpKind::AllGather, 8 * K, 16 * K));
+  EXPECT_TRUE(singleCopyPays(OpKind::AllGather, 128 * M, 256 * M));
+  EXPECT_TRUE(singleCopyPays(OpKind::ReduceScatter, 256 * M, 128 * M));
+  EXPECT_TRUE(allGatherPullsFirst(32 * M));
+  EXPECT_FALSE(allGatherPullsFirst(64 * M)) << "staging streams large outputs: it goes first";
+  EXPECT_FALSE(pullingPays(OpKind::AllReduce, 256 * M, false));
+  EXPECT_FALSE(singleCopyPays(OpKind::Broadcast, 4 * M, 4 * M)) << "broadcast keeps its range";
+}
+
 TEST(SingleCopyRanges, ASizeForcesItEverywhere) {
   setenv("CHORUS_CMA", "1K", 1);
   setenv("CHORUS_NT_STORE_BYTES", "4M", 1);
