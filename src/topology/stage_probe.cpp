@@ -163,27 +163,35 @@ StageChoice decideStage() {
     return rule;
   }
   const size_t small = t.stageBytes, large = std::min<size_t>(2 * t.stageBytes, size_t{16} << 20);
+  // One probe: its size, what it measured, and whether it did (a failed probe keeps the rule).
+  struct Probed {
+    size_t bytes;
+    std::string note;
+    bool ok;
+  };
   auto probe = [&] {
     const StageProbeResult r = probeStageSizes(small, large, std::max<size_t>(size_t{2} << 20, 2 * large), 7,
                                                std::chrono::milliseconds(2000));
-    const size_t chosen = chooseStageBytes(r);
-    std::string note = r.ok ? strCat("reduce-scatter, 2 threads: ", formatBytes(small), " ", r.smallUs,
-                                     " us, ", formatBytes(large), " ", r.largeUs, " us, paired ratio ",
-                                     r.ratio, " over ", r.rounds, " rounds")
-                            : strCat("probe failed: ", r.failure);
-    logInfo(Subsys::Init, "staging area: ", formatBytes(chosen), " (", note, ")");
-    return std::make_pair(r.ok ? chosen : small, std::move(note));
+    Probed p{chooseStageBytes(r),
+             r.ok ? strCat("reduce-scatter, 2 threads: ", formatBytes(small), " ", r.smallUs, " us, ",
+                           formatBytes(large), " ", r.largeUs, " us, paired ratio ", r.ratio, " over ",
+                           r.rounds, " rounds")
+                  : strCat("probe failed: ", r.failure),
+             r.ok};
+    logInfo(Subsys::Init, "staging area: ", formatBytes(p.bytes), " (", p.note, ")");
+    return p;
   };
-  if (file.empty()) {
-    auto [bytes, note] = probe();
-    return {bytes, strCat("measured (", note, "); not cached: no cache directory (CHORUS_CACHE_DIR, HOME)")};
-  }
-  std::string why;
-  if (!makeDirs(dir)) {
-    const std::string cause = std::strerror(errno);
-    auto [bytes, note] = probe();
-    return {bytes, strCat("measured (", note, "); not cached: cannot create ", dir, ": ", cause)};
-  }
+  // A failed probe's figure is the rule's, which it says; not cached, so the next process tries again.
+  auto failed = [&](const Probed& p) {
+    return StageChoice{p.bytes, strCat(rule.basis, " (", p.note, "; not cached)")};
+  };
+  // Measured but not kept, for `why`.
+  auto uncached = [&](const std::string& why) {
+    const Probed p = probe();
+    return p.ok ? StageChoice{p.bytes, strCat("measured (", p.note, "); not cached: ", why)} : failed(p);
+  };
+  if (file.empty()) return uncached("no cache directory (CHORUS_CACHE_DIR, HOME)");
+  if (!makeDirs(dir)) return uncached(strCat("cannot create ", dir, ": ", std::strerror(errno)));
   // Processes starting together take turns: the first measures, the others read what it wrote.
   bool held = false;
   const int lock = lockFile(file + ".lock", Clock::now() + std::chrono::seconds(3), &held);
@@ -191,24 +199,17 @@ StageChoice decideStage() {
     rule.basis += strCat(" (", file, ".lock held by another process past 3 s)");
     return rule;
   }
-  if (lock < 0) {
-    const std::string cause = std::strerror(errno);
-    auto [bytes, note] = probe();
-    return {bytes, strCat("measured (", note, "); not cached: cannot open ", file, ".lock: ", cause)};
-  }
+  if (lock < 0) return uncached(strCat("cannot open ", file, ".lock: ", std::strerror(errno)));
   StageChoice out;
   if (auto cached = readCachedStage(file, key)) {
     out = {*cached, strCat("measured, cached in ", file)};
+  } else if (const Probed p = probe(); !p.ok) {
+    out = failed(p);
   } else {
-    auto [bytes, note] = probe();
-    out.bytes = bytes;
-    if (note.rfind("probe failed", 0) == 0) {
-      out.basis = strCat(rule.basis, " (", note, "; not cached)");  // the next process tries again
-    } else {
-      out.basis = writeCachedStage(file, key, bytes, note, &why)
-                      ? strCat("measured (", note, "), cached in ", file)
-                      : strCat("measured (", note, "); not cached: ", why);
-    }
+    std::string why;
+    out = {p.bytes, writeCachedStage(file, key, p.bytes, p.note, &why)
+                        ? strCat("measured (", p.note, "), cached in ", file)
+                        : strCat("measured (", p.note, "); not cached: ", why)};
   }
   ::close(lock);
   return out;
