@@ -93,7 +93,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   struct Chunk {
     size_t off, ce;
-    int half;
+    int slot;
   };
   auto myRange = [&](size_t ce) {
     Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
@@ -103,23 +103,23 @@ void allReduceStaged(Context& ctx, const Op& op) {
   // Peers need every slice of a chunk but this rank's own, which it reduces from its input.
   auto stage = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
-    kernels::copy(shm.stage(me, c.half), at(op.send, c.off, elem), so * elem);
-    kernels::copy(shm.stage(me, c.half) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
+    kernels::copy(shm.stage(me, c.slot), at(op.send, c.off, elem), so * elem);
+    kernels::copy(shm.stage(me, c.slot) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
   };
-  // This rank's slice, from its input and what the peers staged, into the same place of its half,
+  // This rank's slice, from its input and what the peers staged, into the same place of its slot,
   // whose lines the peers read last (they copied a chunk out of it): written with stores or through
   // memcpy, whichever this rank has timed faster (engine/staging_writes.hpp).
   engine::StagingWrites& writes = shared(ctx).stagingWrites();
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;
-    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, c.half) + so * elem;
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, c.slot) + so * elem;
     srcs[static_cast<size_t>(me)] = at(op.send, c.off + so, elem);
     const size_t outBytes = (end - so) * elem;
     const kernels::CopyMode how = writes.next(outBytes);
     const bool timed = writes.timed(outBytes);
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    kernels::reduce(shm.stage(me, c.half) + so * elem, srcs.data(), n, end - so, op.type, op.op,
+    kernels::reduce(shm.stage(me, c.slot) + so * elem, srcs.data(), n, end - so, op.type, op.op,
                     avgDivisor(op, n), how);
     if (timed) writes.record(how, outBytes, nsSince(start));
   };
@@ -127,19 +127,20 @@ void allReduceStaged(Context& ctx, const Op& op) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
     for (int k = 0; k < n; ++k) {
       const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
-      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stage(k, c.half) + o * elem, l * elem, store);
+      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stage(k, c.slot) + o * elem, l * elem, store);
     }
   };
   // Pipelined so that a chunk costs one synchronisation, not two: the one after chunk i+1 is
   // staged also says chunk i is reduced, and its copy out runs after it. Staging chunk i+2 into
-  // chunk i's half while slower peers still copy chunk i's reduced slices out of it is safe: it
+  // chunk i's slot while slower peers still copy chunk i's reduced slices out of it is safe: it
   // writes every slice but this rank's own, and peers read only that one (of the same layout,
-  // hence the extra synchronisation before a chunk of another length reuses a half).
+  // hence the extra synchronisation before a chunk of another length reuses a slot).
   std::optional<Chunk> reduced;  // reduced, waiting for the next synchronisation to be copied out
-  size_t halfCe[2] = {0, 0};     // the length of the chunk last staged in each half
+  std::array<size_t, transport::kStageSlots> slotCe{};  // the length of the chunk last staged in each slot
+  const int slots = stageSlotsFor(shm, (op.count + chunk - 1) / chunk, true);
   for (size_t off = 0; off < op.count; off += chunk) {
-    const Chunk c{off, std::min(chunk, op.count - off), shared(ctx).nextStageHalf()};
-    size_t& last = halfCe[c.half];
+    const Chunk c{off, std::min(chunk, op.count - off), shared(ctx).nextStageSlot(slots)};
+    size_t& last = slotCe[static_cast<size_t>(c.slot)];
     if (last != 0 && last != c.ce) shared(ctx).syncAll();  // peers are done copying that chunk out
     last = c.ce;
     stage(c);

@@ -31,7 +31,8 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
           srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
           kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
                           store);
-        });
+        },
+        true);  // short calls rotate through every staging slot (stageSlotsFor)
   };
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy

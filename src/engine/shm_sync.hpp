@@ -66,6 +66,12 @@ struct PeerBuffers {
   uint32_t choice = 0;   // the word the rank passed to exchangeBuffers
 };
 
+/// The staging slot a chunk goes to after one in slot `last`, when the call's chunks take turns in
+/// the first `slots` (2 .. transport::kStageSlots; algo::stageSlotsFor says how many): the next
+/// one, else slot 0. Never `last` again: a slower peer may still read the chunk before
+/// (shm_group.hpp).
+constexpr int nextStageSlot(int last, int slots) { return last + 1 < slots ? last + 1 : 0; }
+
 class ShmSync {
  public:
   /// `waiter()` makes a waiter bounded by the running operation's deadline; `what()` names the
@@ -88,8 +94,9 @@ class ShmSync {
   /// acquire: what a rank staged before is visible after). A rank arriving from another call is
   /// a mismatch.
   void syncAll();
-  /// Which staging half (0/1) the next chunk uses; alternates across operations.
-  int nextStageHalf() { return stageHalf_ ^= 1; }
+  /// Which staging slot the next chunk uses, taking turns in the first `slots` (nextStageSlot);
+  /// every rank asks for the same calls in the same order, so all agree.
+  int nextStageSlot(int slots) { return stageSlot_ = engine::nextStageSlot(stageSlot_, slots); }
   /// How this rank writes reductions into its staging area (timed per rank, staging_writes.hpp).
   StagingWrites& stagingWrites() { return stagingWrites_; }
   /// How this rank writes the outputs it copies out of staging (timed per rank, output_stores.hpp).
@@ -159,7 +166,7 @@ class ShmSync {
   uint64_t hash_ = 0;
   uint16_t tag_ = 0;
   uint64_t syncCounter_ = 0;
-  int stageHalf_ = 1;
+  int stageSlot_ = 1;
   StagingWrites stagingWrites_{stagingWritesPolicy()};
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};

@@ -21,8 +21,9 @@ struct CacheThresholds {
   /// Outputs of at least this many bytes per rank use non-temporal stores: the L3 (the larger of
   /// it and 2 x L2), within 1-64 MiB (4 MiB where L2 is unknown).
   size_t ntStoreBytes = size_t{4} << 20;
-  /// The per-rank staging area (two halves): L2 / 2 rounded down to a power of two, within
-  /// 256 KiB-8 MiB (1 MiB where L2 is unknown), so a chunk of the reading ranks' halves fits L2.
+  /// The staging size (a long call's two slots, shm_group.hpp): L2 / 2 rounded down to a power of
+  /// two, within 256 KiB-8 MiB (1 MiB where L2 is unknown), so a chunk of the reading ranks' slots
+  /// fits L2.
   size_t stageBytes = size_t{1} << 20;
   /// "from L2 1 MiB and L3 32 MiB", "from L2 2 MiB" (L3 unknown) or "L2 unknown: defaults".
   std::string basis;

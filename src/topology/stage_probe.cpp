@@ -71,8 +71,9 @@ struct Meeting {
   }
 };
 
-// The staged 2-rank reduce-scatter of stageBytes' halves, as algo::reduceScatterDirect runs it:
-// per chunk, stage the block the peer reduces into the next half, meet, reduce the own block of the
+// The staged 2-rank reduce-scatter with a staging size of stageBytes, as algo::reduceScatterDirect
+// runs a long call (two slots of half that, alternately): per chunk, stage the block the peer
+// reduces into the next slot, meet, reduce the own block of the
 // input with the peer's staged one into the output.
 bool reduceScatterStaged(Meeting& m, int me, size_t stageBytes, size_t blockElems) {
   Side& s = m.side[me];

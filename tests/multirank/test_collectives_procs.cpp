@@ -1,6 +1,7 @@
 // The correctness matrix with ranks as processes: run under `chorusrun -n N`. Every process runs
 // the same tests in the same order and checks its own results.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <memory>
@@ -90,6 +91,25 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   } else {
     EXPECT_EQ(mine[0], 0.0) << "read in place without a measured speed";  // refused, or ranks outnumber cores
   }
+}
+
+// Whether short staged calls rotate through the four staging slots (algo::stageSlotsFor): rank 0
+// decides from its ranks and cores and every rank takes its verdict, since all must put each chunk
+// in the same slot. Here all ranks are on this host: rotating exactly where they have a core each.
+TEST(StageSlotsSetUp, EveryRankTakesRankZerosVerdict) {
+  Communicator& c = comm();
+  engine::ShmSync* sm = c.impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  const transport::ShmGroup& g = sm->group();
+  const int32_t mine = g.stagingRotates() ? 1 : 0;
+  std::vector<int32_t> all(static_cast<size_t>(c.size()));
+  c.allGather(&mine, all.data(), 1, DataType::Int32);
+  for (int r = 0; r < c.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], mine) << "rank " << r;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  ASSERT_EQ(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  EXPECT_EQ(mine == 1, c.size() <= CPU_COUNT(&cpus))
+      << c.size() << " ranks on " << CPU_COUNT(&cpus) << " cores";
 }
 
 // Single copy or staging for the allreduce, all-gather and reduce-scatter

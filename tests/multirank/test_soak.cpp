@@ -4,7 +4,8 @@
 //
 // CHORUS_SOAK_OPS sets the number of operations (default 1000, the short CI version; 500, the first
 // half of the same sequence, under CHORUS_TEST_QUICK=1, as the ASan+UBSan pass of scripts/test runs);
-// CHORUS_SOAK_MAX_BYTES the largest message (default 4 MiB); CHORUS_SOAK_SEED the seed.
+// CHORUS_SOAK_MAX_BYTES the largest message (default 4 MiB); CHORUS_SOAK_SEED the seed;
+// CHORUS_SOAK_RANKS the number of ranks (default 4).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -59,8 +60,9 @@ std::vector<Step> randomSteps(size_t n, size_t maxBytes, int nranks, uint64_t se
   return steps;
 }
 
-TEST(Soak, RandomCollectivesAllChecked_4Ranks) {
-  const int n = 4;
+TEST(Soak, RandomCollectivesAllChecked) {
+  const int n = static_cast<int>(envSize("CHORUS_SOAK_RANKS", 4));
+  ASSERT_GE(n, 1);
   const size_t ops = envSize("CHORUS_SOAK_OPS", quickTests() ? 500 : 1000);
   const size_t maxBytes = envSize("CHORUS_SOAK_MAX_BYTES", size_t{4} << 20);
   const uint64_t seed = envSize("CHORUS_SOAK_SEED", 20261129);

@@ -477,7 +477,7 @@ TEST(ShmSetupFaults, DevShmTooSmallForSomeRanks_AllStopAtOnceNothingLeft) {
   TempDir dir("shm-ns");
   Env env = baseEnv();
   env["CHORUS_TIMEOUT"] = "30";
-  env["CHORUS_SHM_STAGE_BYTES"] = "4194304";  // + 4 FIFOs of 256 KiB: ~5 MiB a segment
+  env["CHORUS_SHM_STAGE_BYTES"] = "2097152";  // 4 slots of 1 MiB + 4 FIFOs of 256 KiB: ~5 MiB a segment
   env["CHORUS_SHM_FIFO_BYTES"] = "262144";
   auto job =
       spawnWithPrivateShm("12m", {CHORUSRUN, "-n", "4", FAULT_RANK_PROGRAM, "shm-setup", "-1"}, env, dir);

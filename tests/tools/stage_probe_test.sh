@@ -36,7 +36,7 @@ line=$(staging "$(CHORUS_CACHE_DIR=$dir "$info" -n 2 2>&1)")
 grep -q "staging 384 KiB per rank (measured, cached in" <<<"$line" || fail "the cached figure was not used: $line"
 log=$(CHORUS_CACHE_DIR=$dir CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=SHM "$run" -n 2 "$perf" reduce_scatter \
       -b 1M -e 1M -w 1 -n 2 2>&1) || fail "the job failed: $log"
-[ "$(grep -c "shared memory ready, 2 segments of .* (staging 384 KiB per rank)" <<<"$log")" -eq 2 ] ||
+[ "$(grep -c "shared memory ready, 2 segments of .* (staging 384 KiB per rank, 4 slots of 192 KiB)" <<<"$log")" -eq 2 ] ||
   fail "the job's ranks did not both stage 384 KiB: $log"
 
 # Written for another machine: measured again, and the file rewritten for this one.

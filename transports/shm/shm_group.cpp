@@ -84,6 +84,8 @@ struct ShmGroup::Header {
   // Group rank 0 only, written before its verdict: cross-memory attach's speed relative to memcpy
   // in thousandths (0: not measured, and then not a reason to stage).
   uint32_t peerReadPermille;
+  // Group rank 0 only, written before its verdict: ShmGroupOptions::stagingRotates (1 or 0).
+  uint32_t stagingRotates;
 };
 
 ShmGroup::Header* ShmGroup::header(int r) const {
@@ -92,10 +94,10 @@ ShmGroup::Header* ShmGroup::header(int r) const {
 }
 
 ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& options)
-    : rank_(rank), nranks_(nranks), fifoBytes_(options.fifoBytes), stageHalf_(options.stageBytes / 2) {
+    : rank_(rank), nranks_(nranks), fifoBytes_(options.fifoBytes), stageSlot_(options.stageBytes / 2) {
   const size_t fifoSlot = sizeof(FifoControl) + fifoBytes_;
   const size_t fifoRegion = nranks > 1 ? fifoSlot * static_cast<size_t>(nranks) : 0;
-  segmentBytes_ = kHeaderBytes + fifoRegion + 2 * stageHalf_;
+  segmentBytes_ = kHeaderBytes + fifoRegion + kStageSlots * stageSlot_;
   try {
     mapSegments(store, options);
   } catch (...) {
@@ -130,7 +132,8 @@ ShmGroup::ShmGroup(Store& store, int rank, int nranks, const ShmGroupOptions& op
                                                           : r));
   }
   logInfo(Subsys::Shm, "rank ", rank, ": shared memory ready, ", nranks, " segments of ",
-          formatBytes(segmentBytes_), " (staging ", formatBytes(2 * stageHalf_), " per rank)");
+          formatBytes(segmentBytes_), " (staging ", formatBytes(2 * stageSlot_), " per rank, ", kStageSlots,
+          " slots of ", formatBytes(stageSlot_), ")");
 }
 
 void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
@@ -167,7 +170,7 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
   ownHeader->rank = rank;
   ownHeader->nranks = nranks;
   ownHeader->fifoBytes = fifoBytes_;
-  ownHeader->stageBytes = 2 * stageHalf_;
+  ownHeader->stageBytes = 2 * stageSlot_;
   ownHeader->pid = static_cast<int32_t>(getpid());
   ownHeader->processNonce = processNonce();
   ownHeader->probeAddress = reinterpret_cast<uintptr_t>(peerProbeWord());
@@ -191,6 +194,8 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
                                        " does not belong to rank ", r, " of this communicator"));
     }
   }
+  // Released with rank 0's verdict on in-place reads (probePeers), read back in agreePeerReads.
+  if (rank == 0) header(0)->stagingRotates = options.stagingRotates ? 1 : 0;
   probePeers(options.noPeerReads, options.peerReadsRegardless);
   // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
   store.setString(strCat(keyBase, "mapped/", rank), "1");
@@ -237,6 +242,9 @@ void ShmGroup::probePeers(const std::string& noPeerReads, bool regardless) {
 }
 
 void ShmGroup::agreePeerReads() {
+  // Acquires what rank 0 wrote before its verdict: its staging policy holds for all.
+  stagingRotates_ =
+      header(0)->peerReads.load(std::memory_order_acquire) != 0 && header(0)->stagingRotates != 0;
   peerReadable_ = true;
   for (int r = 0; r < nranks_ && peerReadable_; ++r) {
     const Header* h = header(r);

@@ -6,7 +6,8 @@
 //   - two slots of low-latency lines: small payloads sent with a sequence number in the same
 //     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
-//   - the staging area for direct algorithms, in two halves used alternately.
+//   - the staging area for direct algorithms: kStageSlots slots of half the staging size, which a
+//     long call's chunks alternate between (two of them) and short calls rotate through (all).
 // Segments are created and reserved, announced through the store, mapped by every peer, then
 // unlinked once all ranks have mapped them: after init nothing of the job is left in /dev/shm.
 // A set-up that fails, or whose creator dies before unlinking, leaves nothing either (shm_names.hpp).
@@ -41,10 +42,18 @@ struct CallFingerprint {
   bool operator==(const CallFingerprint&) const = default;
 };
 
+/// Staging slots per rank, each of half the staging size: the segment holds twice the staging size.
+constexpr int kStageSlots = 4;
+
 struct ShmGroupOptions {
   std::string jobTag;  // unique per communicator (hex of its random id)
   size_t fifoBytes = 0;
   size_t stageBytes = 0;
+  /// Whether the short staged calls of the collectives that gain from it rotate through all
+  /// kStageSlots (algo::stageSlotsFor): measured where every rank has a core of its own, not where
+  /// they share cores. Group rank 0's value holds for every rank (stagingRotates()), as the slots
+  /// a chunk goes to must agree.
+  bool stagingRotates = false;
   std::chrono::milliseconds timeout{0};
   /// By group rank: the process id of each peer whose liveness this process can watch (same pid
   /// namespace, another process), else 0. A peer that exits during set-up stops it at once.
@@ -114,9 +123,11 @@ class ShmGroup final : public Transport {
   /// Bytes of shared memory this rank created (its own segment).
   size_t memoryBytes() const override { return segmentBytes_; }
 
-  /// Staging half `half` (0 or 1) of rank `r`'s segment.
-  std::byte* stage(int r, int half) const { return stages_[static_cast<size_t>(r)] + half * stageHalf_; }
-  size_t stageHalfBytes() const { return stageHalf_; }
+  /// Staging slot `slot` (0 .. kStageSlots - 1) of rank `r`'s segment: each of half the staging
+  /// size (ShmGroupOptions::stageBytes), which a long call's chunks alternate between (slots 0
+  /// and 1) and a short call's rotate through (engine::nextStageSlot).
+  std::byte* stage(int r, int slot) const { return stages_[static_cast<size_t>(r)] + slot * stageSlot_; }
+  size_t stageSlotBytes() const { return stageSlot_; }
 
   /// Publishes this rank's sync counter (release: staged data written before is visible), and in
   /// the same word the 16-bit tag of the call it synchronises in.
@@ -175,6 +186,8 @@ class ShmGroup final : public Transport {
   /// first rank times both ways read in place (engine/single_copy_choice.hpp). The same answer
   /// on every rank.
   bool peerReadsFast() const { return peerReadsFast_; }
+  /// Group rank 0's ShmGroupOptions::stagingRotates, the same on every rank.
+  bool stagingRotates() const { return stagingRotates_; }
   /// Why not (readable, or fast), when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)",
   /// "rank 0 cannot read rank 1: process 123 refused it: ...", "cross-memory attach copies at 25%
   /// of memcpy's rate here ..."); empty otherwise.
@@ -198,7 +211,7 @@ class ShmGroup final : public Transport {
   int rank_;
   int nranks_;
   size_t fifoBytes_;
-  size_t stageHalf_;
+  size_t stageSlot_;
   size_t segmentBytes_;
   std::vector<ShmSegment> segments_;  // index = rank
   std::string ownName_;
@@ -208,6 +221,7 @@ class ShmGroup final : public Transport {
   std::vector<int> remotePids_;  // index = rank; 0 = this process
   bool peerReadable_ = false;
   bool peerReadsFast_ = false;
+  bool stagingRotates_ = false;
   double peerReadSpeed_ = 0;
   std::string peerReadNote_;
 };
