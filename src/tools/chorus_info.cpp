@@ -2,6 +2,7 @@
 // the topology (hwloc, or CHORUS_TOPO_FILE), transports, shared-memory space, configuration, the
 // algorithm registry, the decisions and the placement for a communicator of -n ranks, and the memory
 // such a communicator allocates. --json prints all of it as one object.
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "chorus/chorus.hpp"
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
+#include "engine/shm_sync.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "topology/cache_thresholds.hpp"
 #include "topology/comm_topology.hpp"
@@ -139,6 +141,21 @@ Facts gather(int ranks) {
   return f;
 }
 
+// How this tool's communicator uses the staging slots (algo::stageSlotsFor): whether short
+// reduce-scatters and allreduces rotate through all of them, with the ranks and cores rank 0
+// decided from; "" where the ranks have no shared memory.
+std::string stagingSlotsNote(const Facts& f) {
+  using namespace chorus;
+  engine::ShmSync* sm = f.comms[0].impl()->sharedMemory();
+  if (sm == nullptr) return "";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return strCat(sm->group().stagingRotates() ? strCat("rotate through all ", transport::kStageSlots)
+                                             : std::string("take two in turn"),
+                " (", f.ranks, " ranks on ", cores, " cores)");
+}
+
 void printJson(const Facts& f) {
   using namespace chorus;
   const EnvConfig& env = *f.env;
@@ -194,6 +211,8 @@ void printJson(const Facts& f) {
       {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"},
       {"shm_stage_basis", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis},
       {"shm_stage_rule_bytes", t.stageBytes},
+      {"shm_stage_slots", transport::kStageSlots},
+      {"shm_stage_short_calls", stagingSlotsNote(f)},
       {"CHORUS_STAGE_PROBE", configValue("CHORUS_STAGE_PROBE")},
       {"cache_dir", topo::probeCacheDir()}};
   j["dev_shm_free_bytes"] = transport::shmFreeBytes();
@@ -255,6 +274,10 @@ void printSetup(const Facts& f) {
               formatBytes(config.shmStageBytes).c_str(),
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis.c_str(),
               formatBytes(t.stageBytes).c_str());
+  if (const std::string slots = stagingSlotsNote(f); !slots.empty()) {
+    std::printf("                   staging slots: %d of %s; short reduce-scatters and allreduces %s\n",
+                transport::kStageSlots, formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
+  }
   std::printf("                   staged all-gather and allreduce outputs: %s\n",
               env.ntStoreBytes ? "by the threshold per rank (CHORUS_NT_STORE_BYTES set)"
                                : "timed by each rank, streaming first, where all ranks' buffers reach the "

@@ -3,8 +3,9 @@
 `BUILD/src/chorusrun -n RANKS BUILD/bench/chorus-perf` for each collective, size and variant in turn
 (the variants' order rotating), each bracketed by a probe of the cache-line round trip between the
 two vCPUs (chorus-membw --quick of the first variant's build), until SECONDS have passed; one JSON
-line a launch (ITERS timed calls after WARMUP, 100 and 20 unless set). summarize.py groups them by
-placement. As docs/perf/2026-12-06b-timed-slow-cma/placement.py, with builds as well as settings."""
+line a launch (ITERS timed calls after WARMUP, 100 and 20 unless set);
+../2026-12-06b-timed-slow-cma/summarize.py groups them by placement. The older
+../2026-12-06b-timed-slow-cma/placement.py (settings only, 2 ranks) runs this one."""
 import json, os, re, subprocess, sys, time
 
 ITERS, WARMUP = os.environ.get("ITERS", "100"), os.environ.get("WARMUP", "20")
