@@ -75,26 +75,57 @@ double rt() {  // the cache-line round trip between CPUs 0 and 1, ns (median)
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+// Each thread's buffers: a source block, `blocks` staging blocks and a destination block, page
+// aligned, filled by the thread that will use them (allocate(me, ...) runs on thread me).
+struct Buffers {
+  char *src[2] = {}, *stg[2] = {}, *dst[2] = {};
+  void allocate(int me, size_t blocks) {
+    src[me] = (char*)aligned_alloc(4096, B);
+    stg[me] = (char*)aligned_alloc(4096, B * blocks);
+    dst[me] = (char*)aligned_alloc(4096, B);
+    memset(src[me], me + 1, B);
+    memset(stg[me], 0, B * blocks);
+    memset(dst[me], 0, B);
+  }
+  ~Buffers() {
+    for (int me = 0; me < 2; me++) {
+      free(src[me]);
+      free(stg[me]);
+      free(dst[me]);
+    }
+  }
+};
+// One repetition: two threads pinned to CPUs 0 and 1, each with its buffers (`blocks` staging
+// blocks), meet, then run `exchanges(me, buf, meetings)`; prints "rt BEFORE/AFTER ns" (the
+// placement) ahead of what the caller prints.
+template <typename F>
+void runPair(size_t blocks, F&& exchanges) {
+  const double before = rt();
+  Buffers buf;
+  arr[0].v = 0;
+  arr[1].v = 0;
+  auto body = [&](int me) {
+    pin(me);
+    uint64_t c = 0;
+    buf.allocate(me, blocks);
+    meet(me, c);
+    exchanges(me, buf, c);
+  };
+  std::thread t0(body, 0), t1(body, 1);
+  t0.join();
+  t1.join();
+  printf("rt %.0f/%.0f ns", before, rt());
+}
 int mainNt(int argc, char** argv) {
   if (argc > 1) B = strtoul(argv[1], 0, 0) << 10;
   const char* names[] = {"stores", "nt", "pw8", "pw32", "pw128", "pwall", "memcpy"};
   const int K = 7;
   for (int rep = 0; rep < (argc > 2 ? atoi(argv[2]) : 10); rep++) {
-    double r = rt();
-    char *src[2], *stg[2], *dst[2];
     std::vector<double> w[K], rd[K];
-    arr[0].v = 0;
-    arr[1].v = 0;
-    auto body = [&](int me) {
-      pin(me);
-      uint64_t c = 0;
-      src[me] = (char*)aligned_alloc(4096, B);
-      stg[me] = (char*)aligned_alloc(4096, B);
-      dst[me] = (char*)aligned_alloc(4096, B);
-      memset(src[me], me + 1, B);
-      memset(stg[me], 0, B);
-      memset(dst[me], 0, B);
-      meet(me, c);
+    runPair(1, [&](int me, Buffers& buf, uint64_t& c) {
+      auto& src = buf.src;
+      auto& stg = buf.stg;
+      auto& dst = buf.dst;
       for (int i = 0; i < K * 30 + 2; i++) {
         int k = i % K;
         meet(me, c);
@@ -131,12 +162,8 @@ int mainNt(int argc, char** argv) {
           rd[k].push_back(B / std::chrono::duration<double, std::micro>(e - b).count() / 1e3);
         }
       }
-    };
-    std::thread t0(body, 0), t1(body, 1);
-    t0.join();
-    t1.join();
-    double r2 = rt();
-    printf("rt %.0f/%.0f ns:", r, r2);
+    });
+    printf(":");
     for (int k = 0; k < K; k++) {
       std::sort(w[k].begin(), w[k].end());
       std::sort(rd[k].begin(), rd[k].end());
@@ -144,11 +171,6 @@ int mainNt(int argc, char** argv) {
     }
     printf("\n");
     fflush(stdout);
-    for (int me = 0; me < 2; me++) {
-      free(src[me]);
-      free(stg[me]);
-      free(dst[me]);
-    }
   }
   return 0;
 }
@@ -167,21 +189,11 @@ int mainSlots(int argc, char** argv) {
             {16, 0, "R16"}, {1, 1, "R1nt"}, {1, 2, "R1fl"}};
   const int K = sizeof vs / sizeof vs[0];
   for (int rep = 0; rep < (argc > 2 ? atoi(argv[2]) : 10); rep++) {
-    double r = rt();
-    char *src[2], *stg[2], *dst[2];
     std::vector<double> tot[K], w[K];
-    arr[0].v = 0;
-    arr[1].v = 0;
-    auto body = [&](int me) {
-      pin(me);
-      uint64_t c = 0;
-      src[me] = (char*)aligned_alloc(4096, B);
-      stg[me] = (char*)aligned_alloc(4096, B * 16);
-      dst[me] = (char*)aligned_alloc(4096, B);
-      memset(src[me], me + 1, B);
-      memset(stg[me], 0, B * 16);
-      memset(dst[me], 0, B);
-      meet(me, c);
+    runPair(16, [&](int me, Buffers& buf, uint64_t& c) {
+      auto& src = buf.src;
+      auto& stg = buf.stg;
+      auto& dst = buf.dst;
       for (int k = 0; k < K; k++) {
         for (int i = 0; i < 200; i++) {
           V v = vs[k];
@@ -205,12 +217,8 @@ int mainSlots(int argc, char** argv) {
           }
         }
       }
-    };
-    std::thread t0(body, 0), t1(body, 1);
-    t0.join();
-    t1.join();
-    double r2 = rt();
-    printf("rt %.0f/%.0f ns, us per %zuK handoff (write):", r, r2, B >> 10);
+    });
+    printf(", us per %zuK handoff (write):", B >> 10);
     for (int k = 0; k < K; k++) {
       std::sort(tot[k].begin(), tot[k].end());
       std::sort(w[k].begin(), w[k].end());
@@ -218,11 +226,6 @@ int mainSlots(int argc, char** argv) {
     }
     printf("\n");
     fflush(stdout);
-    for (int me = 0; me < 2; me++) {
-      free(src[me]);
-      free(stg[me]);
-      free(dst[me]);
-    }
   }
   return 0;
 }
