@@ -31,7 +31,7 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
-        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+        stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, int h) {
         if (timed && !started) {

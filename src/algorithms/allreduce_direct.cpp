@@ -100,16 +100,18 @@ void allReduceStaged(Context& ctx, const Op& op) {
     const size_t so = slices.offset(static_cast<size_t>(me));
     return std::pair{so, so + slices.length(static_cast<size_t>(me))};
   };
+  // Plain or streaming stores for the copies, stores, memcpy or streaming ones for the reductions,
+  // as this rank has timed them (engine/staging_writes.hpp).
+  engine::StagingWrites& writes = shared(ctx).stagingWrites();
   // Peers need every slice of a chunk but this rank's own, which it reduces from its input.
   auto stage = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
-    kernels::copy(shm.stage(me, c.slot), at(op.send, c.off, elem), so * elem);
-    kernels::copy(shm.stage(me, c.slot) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
+    stageCopy(writes, shm.stage(me, c.slot), at(op.send, c.off, elem), so * elem);
+    stageCopy(writes, shm.stage(me, c.slot) + end * elem, at(op.send, c.off + end, elem),
+              (c.ce - end) * elem);
   };
   // This rank's slice, from its input and what the peers staged, into the same place of its slot,
-  // whose lines the peers read last (they copied a chunk out of it): written with stores or through
-  // memcpy, whichever this rank has timed faster (engine/staging_writes.hpp).
-  engine::StagingWrites& writes = shared(ctx).stagingWrites();
+  // whose lines the peers read last (they copied a chunk out of it).
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;

@@ -32,7 +32,7 @@ void allToAllDirect(Context& ctx, const Op& op) {
       outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
   forEachStagedChunk(
       ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
+      [&](size_t off, size_t ce, int h) { stageBlocks(ctx, h, op.send, op.count, off, ce, elem, me); },
       [&](size_t off, size_t ce, int h) {
         for (int k = 0; k < n; ++k) {
           void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);

@@ -27,7 +27,8 @@ void broadcastDirect(Context& ctx, const Op& op) {
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
-        if (me == op.root) kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+        if (me == op.root)
+          stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, int h) {
         if (me != op.root) {

@@ -74,15 +74,34 @@ void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage,
   }
 }
 
+/// Nanoseconds since `start` (steady clock), for the timed choices.
+inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+}
+
+/// Copies `bytes` of this rank's input into its staging area at `dst`, whose lines the peers read
+/// last: with plain or streaming stores, whichever this rank has timed faster
+/// (engine/staging_writes.hpp; both give the same bytes).
+inline void stageCopy(engine::StagingWrites& writes, std::byte* dst, const void* src, size_t bytes) {
+  const kernels::CopyMode how = writes.nextCopy(bytes);
+  if (!writes.copyTimed(bytes)) return kernels::copy(dst, src, bytes, how);
+  const auto start = std::chrono::steady_clock::now();
+  kernels::copy(dst, src, bytes, how);
+  writes.recordCopy(how, bytes, nsSince(start));
+}
+
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
 /// block after block into this rank's staging slot (reduce-scatter and all-to-all layouts); all
 /// but block `skip` (-1: none), which no peer reads.
-inline void stageBlocks(transport::ShmGroup& shm, int slot, const void* send, size_t count, size_t off,
-                        size_t ce, size_t elemSize, int skip = -1) {
+inline void stageBlocks(Context& ctx, int slot, const void* send, size_t count, size_t off, size_t ce,
+                        size_t elemSize, int skip = -1) {
+  transport::ShmGroup& shm = shared(ctx).group();
   std::byte* mine = shm.stage(shm.rank(), slot);
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
     if (static_cast<int>(j) == skip) continue;
-    kernels::copy(mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);
+    stageCopy(shared(ctx).stagingWrites(), mine + j * ce * elemSize, at(send, j * count + off, elemSize),
+              ce * elemSize);
   }
 }
 
@@ -165,12 +184,6 @@ inline bool trySingleCopy(Context& ctx, OpKind kind, size_t messageBytes, size_t
       singleCopyPays(kind, messageBytes, outputBytes);
   if (!ordinary && (messageBytes < kZeroCopyMinBytes || !sm.zeroCopyEnabled())) return false;
   return sm.exchangeBuffers(send, sendBytes, recv, recvBytes, peers, ordinary, choice);
-}
-
-/// Nanoseconds since `start` (steady clock), for the timed choices.
-inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
 /// The divisor for Avg at the point where a reduction completes (0 = no division).

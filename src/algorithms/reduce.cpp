@@ -17,7 +17,7 @@ void reduceDirect(Context& ctx, const Op& op) {
   forEachStagedChunk(
       ctx, op.count, chunk,
       [&](size_t off, size_t ce, int h) {
-        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+        stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, int h) {
         if (me != op.root) return;

@@ -23,7 +23,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
     forEachStagedChunk(
         ctx, op.count, chunk,
-        [&](size_t off, size_t ce, int h) { stageBlocks(shm, h, op.send, op.count, off, ce, elem, me); },
+        [&](size_t off, size_t ce, int h) { stageBlocks(ctx, h, op.send, op.count, off, ce, elem, me); },
         [&](size_t off, size_t ce, int h) {
           for (int k = 0; k < n; ++k)
             srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;

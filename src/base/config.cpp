@@ -301,14 +301,23 @@ const Setting kSettings[] = {
        return true;
      },
      showInt<&EnvConfig::ntCopyPages>},
-    // How reductions into the staging area are written: auto (each rank times both), stores, memcpy.
-    {"CHORUS_STAGE_WRITE", "must be auto, stores or memcpy",
+    // How reductions into the staging area are written: auto (streaming where the copies stream,
+    // else each rank times stores and memcpy), stores, memcpy, streaming.
+    {"CHORUS_STAGE_WRITE", "must be auto, stores, memcpy or streaming",
      [](const std::string& s, EnvConfig& c) {
-       if (s != "auto" && s != "stores" && s != "memcpy") return false;
+       if (s != "auto" && s != "stores" && s != "memcpy" && s != "streaming") return false;
        c.stageWrite = s == "auto" ? std::string() : s;
        return true;
      },
      [](const EnvConfig& c) { return c.stageWrite.empty() ? std::string("auto") : c.stageWrite; }},
+    // How copies into the staging area are written: auto (each rank times both), plain, streaming.
+    {"CHORUS_STAGE_COPY", "must be auto, plain or streaming",
+     [](const std::string& s, EnvConfig& c) {
+       if (s != "auto" && s != "plain" && s != "streaming") return false;
+       c.stageCopy = s == "auto" ? std::string() : s;
+       return true;
+     },
+     [](const EnvConfig& c) { return c.stageCopy.empty() ? std::string("auto") : c.stageCopy; }},
     // Single copy or staging for the allreduce: timed (by rank 0, the default) or the size ranges.
     {"CHORUS_SINGLE_COPY_CHOICE", "must be timed or ranges",
      [](const std::string& s, EnvConfig& c) {

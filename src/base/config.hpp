@@ -72,9 +72,13 @@ struct EnvConfig {
   std::string cpuKernels;
   /// CHORUS_NT_COPY_PAGES: pages the streaming copy interleaves (1, 2, 4 or 8); 0: by CPU vendor.
   int ntCopyPages = 0;
-  /// CHORUS_STAGE_WRITE: how reductions into the staging area are written: "" (auto: timed by each
-  /// rank), "stores" or "memcpy" (engine/staging_writes.hpp).
+  /// CHORUS_STAGE_WRITE: how reductions into the staging area are written: "" (auto: streaming
+  /// where the copies stream, else timed by each rank), "stores", "memcpy" or "streaming"
+  /// (engine/staging_writes.hpp).
   std::string stageWrite;
+  /// CHORUS_STAGE_COPY: how copies into the staging area are written: "" (auto: timed by each
+  /// rank), "plain" or "streaming" (engine/staging_writes.hpp).
+  std::string stageCopy;
   /// CHORUS_SINGLE_COPY_CHOICE: how the allreduce picks single copy or staging where either may
   /// win: "" (timed by rank 0) or "ranges" (the measured size ranges; engine/single_copy_choice.hpp).
   std::string singleCopyChoice;

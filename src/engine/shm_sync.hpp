@@ -97,7 +97,8 @@ class ShmSync {
   /// Which staging slot the next chunk uses, taking turns in the first `slots` (nextStageSlot);
   /// every rank asks for the same calls in the same order, so all agree.
   int nextStageSlot(int slots) { return stageSlot_ = engine::nextStageSlot(stageSlot_, slots); }
-  /// How this rank writes reductions into its staging area (timed per rank, staging_writes.hpp).
+  /// How this rank writes copies and reductions into its staging area (timed per rank,
+  /// staging_writes.hpp).
   StagingWrites& stagingWrites() { return stagingWrites_; }
   /// How this rank writes the outputs it copies out of staging (timed per rank, output_stores.hpp).
   OutputStores& outputStores() { return outputStores_; }
@@ -167,7 +168,7 @@ class ShmSync {
   uint16_t tag_ = 0;
   uint64_t syncCounter_ = 0;
   int stageSlot_ = 1;
-  StagingWrites stagingWrites_{stagingWritesPolicy()};
+  StagingWrites stagingWrites_{stagingWritesPolicy(), stagingCopiesPolicy()};
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;

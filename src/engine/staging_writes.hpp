@@ -1,12 +1,17 @@
-// How a rank writes a reduction into its own staging area, whose lines its peers read last (the
-// reduced slices of the `direct` allreduce): with the reduction kernel's vector stores, or a block
-// at a time through L1 and memcpy (kernels::CopyMode::Handoff). Which is faster depends on where
-// the peers run (docs/performance.md, "Writing what the peers read"): where they share this core's
-// L3 the stores save a pass through L1; where they do not (measured: two core complexes of an AMD
-// EPYC) memcpy's whole-line writes take the lines from the other cache several times faster than
-// stores. A VM's host may move its vCPUs between the two while a job runs, so each rank times
-// its own reductions both ways and uses the faster, trying the other now and then. The results
-// are the same bit for bit either way, so ranks need not agree (TimedChoice does the timing).
+// How a rank writes into its own staging area, whose lines its peers read last: the copies of its
+// input that the peers read (every staged collective), and the reductions the `direct` allreduce
+// leaves there for them. Which way is faster depends on where the peers run (docs/performance.md,
+// "Writing what the peers read"): where they share this core's L3, plain stores keep the lines in
+// it for the readers, and a reduction's vector stores save a pass through L1; where they do not
+// (measured: two core complexes of an AMD EPYC) every plain store first takes its line back from
+// the other complex's cache, and streaming stores, which write whole lines to memory without
+// taking them, were 2-5x faster per call on the host measured last (memcpy's whole-line writes
+// had been as fast as streaming on an earlier host, and still beat the reduction's stores there).
+// A VM's host may move its vCPUs between the two while a job runs, so each rank times its own
+// writes each way and uses the faster, trying the other now and then: the copies plain or
+// streaming; the reductions streaming wherever the copies stream, else by the kernel's stores or
+// a block at a time through L1 and memcpy, timed apart. The results are the same bit for bit
+// either way, so ranks need not agree (TimedChoice does the timing).
 #pragma once
 
 #include <cstddef>
@@ -19,43 +24,74 @@ namespace chorus::engine {
 
 class StagingWrites {
  public:
-  /// CHORUS_STAGE_WRITE: auto (timed, the default), stores or memcpy (always that way).
-  enum class Policy { Auto, Stores, Memcpy };
+  /// CHORUS_STAGE_WRITE, for the reductions: auto (the default: streaming where the copies
+  /// stream, else stores or memcpy, timed), stores, memcpy or streaming (always that way).
+  enum class Policy { Auto, Stores, Memcpy, Streaming };
+  /// CHORUS_STAGE_COPY, for the copies: auto (timed, the default), plain or streaming.
+  enum class CopyPolicy { Auto, Plain, Streaming };
 
-  /// Reductions writing less than this are not timed (too short to tell) and use the stores.
+  /// Writes of less than this are not timed (too short to tell) and use plain stores.
   static constexpr size_t kTimedBytes = 16 * 1024;
+  /// The peers read streamed lines from memory, plain ones from a cache, and the writer's clock
+  /// sees none of that: its timings of streaming copies count this much more.
+  static constexpr double kStreamingReadFactor = 1.5;
   /// The timing's constants (TimedChoice): warm-up runs each way, the exploration period, the
   /// margin for a switch.
   static constexpr uint32_t kWarmUp = TimedChoice::kWarmUp;
   static constexpr uint32_t kExplore = TimedChoice::kExplore;
 
-  explicit StagingWrites(Policy policy = Policy::Auto) : policy_(policy) {}
+  explicit StagingWrites(Policy policy = Policy::Auto, CopyPolicy copyPolicy = CopyPolicy::Auto)
+      : policy_(policy), copyPolicy_(copyPolicy) {}
 
-  /// How to write the next reduction of `bytes` into the staging area.
+  /// How to write the next reduction of `bytes` into the staging area: Cached (the kernel's
+  /// stores), Handoff (through L1 and memcpy) or Streaming.
   kernels::CopyMode next(size_t bytes);
-  /// Whether a reduction of `bytes` is timed (only then does record() take its time).
-  bool timed(size_t bytes) const { return policy_ == Policy::Auto && bytes >= kTimedBytes; }
-  /// The reduction that next() answered `mode` for took `ns` nanoseconds to write `bytes`.
+  /// Whether a reduction of `bytes` is timed (only then does record() take its time): not while
+  /// the copies stream, since the reductions stream then.
+  bool timed(size_t bytes) const {
+    return policy_ == Policy::Auto && bytes >= kTimedBytes && !copiesStream();
+  }
+  /// The reduction that next() answered `mode` for took `ns` nanoseconds to write `bytes`
+  /// (streaming ones are not compared: ignored).
   void record(kernels::CopyMode mode, size_t bytes, uint64_t ns);
+
+  /// How to write the next copy of `bytes` of input into the staging area: Cached or Streaming.
+  kernels::CopyMode nextCopy(size_t bytes);
+  /// Whether a copy of `bytes` is timed (only then does recordCopy() take its time).
+  bool copyTimed(size_t bytes) const { return copyPolicy_ == CopyPolicy::Auto && bytes >= kTimedBytes; }
+  /// The copy that nextCopy() answered `mode` for took `ns` nanoseconds to write `bytes`.
+  void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns);
+  /// Whether the copies stream, once warm (explorations aside), or are forced to.
+  bool copiesStream() const {
+    return copyPolicy_ == CopyPolicy::Streaming ||
+           (copyPolicy_ == CopyPolicy::Auto && copies_.current() == kStreaming);
+  }
 
   /// Estimated nanoseconds per KiB written each way (0 before the first sample), for the log and
   /// tests.
   double storesNsPerKiB() const { return choice_.cost(kStores); }
   double memcpyNsPerKiB() const { return choice_.cost(kMemcpy); }
+  double plainCopyNsPerKiB() const { return copies_.cost(kPlain); }
+  double streamingCopyNsPerKiB() const { return copies_.cost(kStreaming); }
   /// The way in use once warm (explorations aside).
   kernels::CopyMode current() const { return modeOf(choice_.current()); }
 
  private:
   static constexpr int kStores = 0, kMemcpy = 1;
+  static constexpr int kPlain = 0, kStreaming = 1;
   static kernels::CopyMode modeOf(int way) {
     return way == kMemcpy ? kernels::CopyMode::Handoff : kernels::CopyMode::Cached;
   }
 
   Policy policy_;
-  TimedChoice choice_{kStores};  // ns per KiB written
+  CopyPolicy copyPolicy_;
+  TimedChoice choice_{kStores};  // the reductions, ns per KiB written
+  TimedChoice copies_{kPlain};   // the copies, ns per KiB written
 };
 
 /// CHORUS_STAGE_WRITE's policy (envConfig()).
 StagingWrites::Policy stagingWritesPolicy();
+/// CHORUS_STAGE_COPY's policy (envConfig()).
+StagingWrites::CopyPolicy stagingCopiesPolicy();
 
 }  // namespace chorus::engine

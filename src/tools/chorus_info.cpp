@@ -206,6 +206,7 @@ void printJson(const Facts& f) {
       {"nt_copy_pages", kernels::streamPages()},
       {"nt_copy_pages_from", kernels::streamPagesBasis()},
       {"stage_write", configValue("CHORUS_STAGE_WRITE")},
+      {"stage_copy", configValue("CHORUS_STAGE_COPY")},
       {"single_copy_choice", configValue("CHORUS_SINGLE_COPY_CHOICE")},
       {"shm_stage_bytes", config.shmStageBytes},
       {"shm_stage_from", env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : "machine"},
@@ -284,9 +285,16 @@ void printSetup(const Facts& f) {
                                  "threshold");
   std::printf("                   non-temporal copies interleave %u page(s) (%s)\n", kernels::streamPages(),
               kernels::streamPagesBasis());
+  const std::string stageCopy = configValue("CHORUS_STAGE_COPY");
+  std::printf("                   copies into staging written by %s (CHORUS_STAGE_COPY=%s)\n",
+              stageCopy == "auto" ? "plain or streaming stores, each rank timing both" : stageCopy.c_str(),
+              stageCopy.c_str());
   const std::string stageWrite = configValue("CHORUS_STAGE_WRITE");
   std::printf("                   reductions into staging written by %s (CHORUS_STAGE_WRITE=%s)\n",
-              stageWrite == "auto" ? "stores or memcpy, each rank timing both" : stageWrite.c_str(),
+              stageWrite == "auto"
+                  ? "streaming stores where the copies stream, else stores or memcpy, each rank "
+                    "timing both"
+                  : stageWrite.c_str(),
               stageWrite.c_str());
   std::printf("\nSingle copy        %s\n", f.singleCopyState.c_str());
   if (f.singleCopyReady)

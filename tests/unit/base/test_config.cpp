@@ -72,6 +72,8 @@ TEST(Config, EveryKindParses) {
                                 {"CHORUS_NT_COPY_PAGES", "8"},
                                 {"CHORUS_TOPO_FILE", "/tmp/t.xml"},
                                 {"CHORUS_STAGE_PROBE", "0"},
+                                {"CHORUS_STAGE_WRITE", "streaming"},
+                                {"CHORUS_STAGE_COPY", "plain"},
                                 {"CHORUS_CACHE_DIR", "/tmp/chorus-cache"}});
   EXPECT_TRUE(c.parseError.empty()) << c.parseError;
   EXPECT_EQ(c.logLevel, LogLevel::Info);
@@ -83,6 +85,8 @@ TEST(Config, EveryKindParses) {
   EXPECT_TRUE(c.cmaAlways);  // a size reads in place whatever cross-memory attach's speed
   EXPECT_EQ(c.cmaMinBytes, size_t{64} << 10);
   EXPECT_EQ(c.waitPolicy, "yield");
+  EXPECT_EQ(c.stageWrite, "streaming");
+  EXPECT_EQ(c.stageCopy, "plain");
   EXPECT_EQ(c.virtualHosts, 3);
   EXPECT_EQ(c.net, "ucx,tcp");
   EXPECT_EQ(c.socketFamily, "6");
@@ -126,6 +130,8 @@ TEST(Config, MalformedValuesAreNamedWithWhatIsWrong) {
       {"CHORUS_CPU_KERNELS", "avx9",
        "CHORUS_CPU_KERNELS='avx9' must be portable, avx2, avx512, avx512bf16 or auto"},
       {"CHORUS_NT_COPY_PAGES", "3", "CHORUS_NT_COPY_PAGES='3' must be 1, 2, 4 or 8"},
+      {"CHORUS_STAGE_WRITE", "nt", "CHORUS_STAGE_WRITE='nt' must be auto, stores, memcpy or streaming"},
+      {"CHORUS_STAGE_COPY", "stores", "CHORUS_STAGE_COPY='stores' must be auto, plain or streaming"},
   };
   const EnvConfig d;
   for (const Case& k : cases) {

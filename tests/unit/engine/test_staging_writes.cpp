@@ -1,7 +1,9 @@
-// engine::StagingWrites: how a rank writes reductions into its staging area. Fed made-up timings:
-// it tries both ways, settles on the faster, tries the other from time to time, follows a
-// change of which is faster within a few samples, shrugs off one descheduled sample, never times
-// small reductions, and the forced policies (CHORUS_STAGE_WRITE) never change.
+// engine::StagingWrites: how a rank writes reductions and copies into its staging area. Fed
+// made-up timings: it tries both ways, settles on the faster, tries the other from time to time,
+// follows a change of which is faster within a few samples, shrugs off one descheduled sample,
+// never times small writes, and the forced policies (CHORUS_STAGE_WRITE, CHORUS_STAGE_COPY) never
+// change. Copies stream only where their writes are faster by more than the readers then pay, and
+// the reductions stream while the copies do.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -115,6 +117,113 @@ TEST(StagingWrites, ForcedPoliciesNeverChange) {
   EXPECT_EQ(memcpy.next(64), CopyMode::Handoff);  // whatever the size
   EXPECT_FALSE(stores.timed(kBytes));             // and nothing is timed
   EXPECT_FALSE(memcpy.timed(kBytes));
+}
+
+// Runs `n` copies of kBytes into staging, each taking what `costNs` says for the way chosen.
+template <typename F>
+std::vector<CopyMode> runCopies(StagingWrites& w, int n, F costNs) {
+  std::vector<CopyMode> ways;
+  for (int i = 0; i < n; ++i) {
+    const CopyMode m = w.nextCopy(kBytes);
+    ways.push_back(m);
+    w.recordCopy(m, kBytes, costNs(m));
+  }
+  return ways;
+}
+
+TEST(StagingCopies, StreamOnlyWhereTheWritesGainMoreThanTheReadersPay) {
+  // Two complexes: plain stores take every line back from the other cache, 2.3x streaming's time.
+  StagingWrites far;
+  auto ways = runCopies(far, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore,
+                        [](CopyMode m) { return m == CopyMode::Streaming ? 1000 : 2300; });
+  for (uint32_t i = 0; i < 2 * StagingWrites::kWarmUp; ++i)  // the warm-up alternates, plain first
+    EXPECT_EQ(ways[i], i % 2 == 0 ? CopyMode::Cached : CopyMode::Streaming) << i;
+  EXPECT_TRUE(far.copiesStream());
+  EXPECT_EQ(far.nextCopy(kBytes), CopyMode::Streaming);
+  EXPECT_GE(count(ways, CopyMode::Streaming, 2 * StagingWrites::kWarmUp), 4 * StagingWrites::kExplore - 2);
+  // The streaming estimate carries the readers' share.
+  EXPECT_NEAR(far.streamingCopyNsPerKiB(), 1000.0 * 1024 / kBytes * StagingWrites::kStreamingReadFactor,
+              1e-9);
+  EXPECT_NEAR(far.plainCopyNsPerKiB(), 2300.0 * 1024 / kBytes, 1e-9);
+  // One complex: streaming writes 10% faster for the writer, but the readers would fetch the lines
+  // from memory instead of the shared cache: plain.
+  StagingWrites near;
+  ways = runCopies(near, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore,
+                   [](CopyMode m) { return m == CopyMode::Streaming ? 900 : 1000; });
+  EXPECT_FALSE(near.copiesStream());
+  EXPECT_GE(count(ways, CopyMode::Cached, 2 * StagingWrites::kWarmUp), 4 * StagingWrites::kExplore - 2);
+}
+
+TEST(StagingCopies, ReductionsStreamWhileTheCopiesDo) {
+  StagingWrites w;
+  bool twoComplexes = false;
+  auto copyCost = [&](CopyMode m) {
+    if (twoComplexes) return m == CopyMode::Streaming ? 1000 : 2300;
+    return m == CopyMode::Streaming ? 1000 : 800;
+  };
+  run(w, 20, [](CopyMode m) { return m == CopyMode::Handoff ? 1100 : 1000; });
+  runCopies(w, 20, copyCost);
+  ASSERT_EQ(w.current(), CopyMode::Cached);
+  ASSERT_FALSE(w.copiesStream());
+  EXPECT_EQ(w.next(kBytes), CopyMode::Cached);
+  // The vCPUs move apart: the copies stream within a few, and the reductions with them, untimed.
+  twoComplexes = true;
+  runCopies(w, 8, copyCost);
+  ASSERT_TRUE(w.copiesStream());
+  EXPECT_EQ(w.next(kBytes), CopyMode::Streaming);
+  EXPECT_FALSE(w.timed(kBytes));
+  EXPECT_EQ(w.next(StagingWrites::kTimedBytes - 1), CopyMode::Cached);  // small ones as ever
+  // A streaming reduction's time is not taken for the stores' or memcpy's.
+  const double stores = w.storesNsPerKiB(), memcpy = w.memcpyNsPerKiB();
+  w.record(CopyMode::Streaming, kBytes, 50000);
+  EXPECT_EQ(w.storesNsPerKiB(), stores);
+  EXPECT_EQ(w.memcpyNsPerKiB(), memcpy);
+  // And back: at the plain copies' next tries the copies go plain, the reductions back to the
+  // way their own timings chose.
+  twoComplexes = false;
+  runCopies(w, 4 * static_cast<int>(TimedChoice::kMaxExplore), copyCost);
+  EXPECT_FALSE(w.copiesStream());
+  EXPECT_EQ(w.next(kBytes), CopyMode::Cached);
+  EXPECT_TRUE(w.timed(kBytes));
+}
+
+TEST(StagingCopies, SmallCopiesArePlainUntimed) {
+  StagingWrites w;
+  EXPECT_FALSE(w.copyTimed(StagingWrites::kTimedBytes - 1));
+  EXPECT_TRUE(w.copyTimed(StagingWrites::kTimedBytes));
+  for (int i = 0; i < 50; ++i) {
+    const CopyMode m = w.nextCopy(StagingWrites::kTimedBytes - 1);
+    EXPECT_EQ(m, CopyMode::Cached);
+    w.recordCopy(m, StagingWrites::kTimedBytes - 1, 1000000);
+  }
+  EXPECT_EQ(w.plainCopyNsPerKiB(), 0.0);
+  EXPECT_EQ(w.streamingCopyNsPerKiB(), 0.0);
+}
+
+TEST(StagingCopies, ForcedPoliciesNeverChange) {
+  using P = StagingWrites::Policy;
+  using C = StagingWrites::CopyPolicy;
+  StagingWrites plain(P::Auto, C::Plain), streaming(P::Auto, C::Streaming);
+  EXPECT_EQ(count(runCopies(plain, 100, [](CopyMode m) { return m == CopyMode::Streaming ? 100 : 9000; }),
+                  CopyMode::Cached),
+            100);
+  EXPECT_EQ(count(runCopies(streaming, 100, [](CopyMode m) { return m == CopyMode::Streaming ? 9000 : 100; }),
+                  CopyMode::Streaming),
+            100);
+  EXPECT_FALSE(plain.copyTimed(kBytes));
+  EXPECT_FALSE(streaming.copyTimed(kBytes));
+  EXPECT_EQ(streaming.nextCopy(64), CopyMode::Streaming);  // whatever the size
+  EXPECT_TRUE(streaming.copiesStream());
+  // Reductions left to auto follow the copies; a forced reduction policy holds.
+  EXPECT_EQ(streaming.next(kBytes), CopyMode::Streaming);
+  EXPECT_EQ(plain.next(kBytes), CopyMode::Cached);
+  EXPECT_EQ(StagingWrites(P::Stores, C::Streaming).next(kBytes), CopyMode::Cached);
+  EXPECT_EQ(StagingWrites(P::Memcpy, C::Streaming).next(kBytes), CopyMode::Handoff);
+  StagingWrites streamingReductions(P::Streaming);
+  EXPECT_EQ(streamingReductions.next(64), CopyMode::Streaming);
+  EXPECT_FALSE(streamingReductions.timed(kBytes));
+  EXPECT_EQ(streamingReductions.nextCopy(kBytes), CopyMode::Cached);  // the copies still timed
+  EXPECT_TRUE(streamingReductions.copyTimed(kBytes));
 }
 
 }  // namespace
