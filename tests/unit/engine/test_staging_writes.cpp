@@ -19,15 +19,18 @@ namespace {
 
 constexpr size_t kBytes = 256 * 1024;
 
-// Runs `n` reductions of kBytes, each taking what `costNs` says for the way chosen; returns the
-// ways.
+// Runs `n` reductions (or, with `copies`, copies) of kBytes into staging, each taking what `costNs`
+// says for the way chosen; returns the ways.
 template <typename F>
-std::vector<CopyMode> run(StagingWrites& w, int n, F costNs) {
+std::vector<CopyMode> run(StagingWrites& w, int n, F costNs, bool copies = false) {
   std::vector<CopyMode> ways;
   for (int i = 0; i < n; ++i) {
-    const CopyMode m = w.next(kBytes);
+    const CopyMode m = copies ? w.nextCopy(kBytes) : w.next(kBytes);
     ways.push_back(m);
-    w.record(m, kBytes, costNs(m));
+    if (copies)
+      w.recordCopy(m, kBytes, costNs(m));
+    else
+      w.record(m, kBytes, costNs(m));
   }
   return ways;
 }
@@ -94,17 +97,23 @@ TEST(StagingWrites, OneDescheduledSampleDoesNotSwitch) {
   EXPECT_EQ(w.current(), CopyMode::Cached);
 }
 
-TEST(StagingWrites, SmallReductionsUseStoresUntimed) {
+TEST(StagingWrites, SmallReductionsAndCopiesArePlainUntimed) {
   StagingWrites w;
   EXPECT_FALSE(w.timed(StagingWrites::kTimedBytes - 1));
   EXPECT_TRUE(w.timed(StagingWrites::kTimedBytes));
+  EXPECT_FALSE(w.copyTimed(StagingWrites::kTimedBytes - 1));
+  EXPECT_TRUE(w.copyTimed(StagingWrites::kTimedBytes));
   for (int i = 0; i < 50; ++i) {
-    const CopyMode m = w.next(StagingWrites::kTimedBytes - 1);
+    const CopyMode m = w.next(StagingWrites::kTimedBytes - 1), c = w.nextCopy(StagingWrites::kTimedBytes - 1);
     EXPECT_EQ(m, CopyMode::Cached);
+    EXPECT_EQ(c, CopyMode::Cached);
     w.record(m, StagingWrites::kTimedBytes - 1, 1000000);
+    w.recordCopy(c, StagingWrites::kTimedBytes - 1, 1000000);
   }
   EXPECT_EQ(w.storesNsPerKiB(), 0.0);
   EXPECT_EQ(w.memcpyNsPerKiB(), 0.0);
+  EXPECT_EQ(w.plainCopyNsPerKiB(), 0.0);
+  EXPECT_EQ(w.streamingCopyNsPerKiB(), 0.0);
 }
 
 TEST(StagingWrites, ForcedPoliciesNeverChange) {
@@ -119,16 +128,10 @@ TEST(StagingWrites, ForcedPoliciesNeverChange) {
   EXPECT_FALSE(memcpy.timed(kBytes));
 }
 
-// Runs `n` copies of kBytes into staging, each taking what `costNs` says for the way chosen.
+// The same for `n` copies of kBytes into staging.
 template <typename F>
 std::vector<CopyMode> runCopies(StagingWrites& w, int n, F costNs) {
-  std::vector<CopyMode> ways;
-  for (int i = 0; i < n; ++i) {
-    const CopyMode m = w.nextCopy(kBytes);
-    ways.push_back(m);
-    w.recordCopy(m, kBytes, costNs(m));
-  }
-  return ways;
+  return run(w, n, costNs, true);
 }
 
 TEST(StagingCopies, StreamOnlyWhereTheWritesGainMoreThanTheReadersPay) {
@@ -185,19 +188,6 @@ TEST(StagingCopies, ReductionsStreamWhileTheCopiesDo) {
   EXPECT_FALSE(w.copiesStream());
   EXPECT_EQ(w.next(kBytes), CopyMode::Cached);
   EXPECT_TRUE(w.timed(kBytes));
-}
-
-TEST(StagingCopies, SmallCopiesArePlainUntimed) {
-  StagingWrites w;
-  EXPECT_FALSE(w.copyTimed(StagingWrites::kTimedBytes - 1));
-  EXPECT_TRUE(w.copyTimed(StagingWrites::kTimedBytes));
-  for (int i = 0; i < 50; ++i) {
-    const CopyMode m = w.nextCopy(StagingWrites::kTimedBytes - 1);
-    EXPECT_EQ(m, CopyMode::Cached);
-    w.recordCopy(m, StagingWrites::kTimedBytes - 1, 1000000);
-  }
-  EXPECT_EQ(w.plainCopyNsPerKiB(), 0.0);
-  EXPECT_EQ(w.streamingCopyNsPerKiB(), 0.0);
 }
 
 TEST(StagingCopies, ForcedPoliciesNeverChange) {
