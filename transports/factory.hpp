@@ -38,8 +38,8 @@ struct ConnectOptions {
   std::vector<int> peerPids;  // by rank: a process this one can watch (same pid namespace), else 0
   size_t fifoBytes = 0;       // shared-memory pipe and staging sizes (the same on every rank)
   size_t stageBytes = 0;
-  /// Whether short staged calls may rotate through all staging slots (ShmGroupOptions; group rank
-  /// 0's value holds).
+  /// Whether short staged calls may be packed through all staging slots (ShmGroupOptions; group
+  /// rank 0's value holds).
   bool stagingRotates = false;
   std::chrono::milliseconds timeout{0};
   /// The kinds this rank offers between hosts ("tcp", "ucx,tcp"); empty: chosen from what is there.

@@ -29,25 +29,28 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
   std::chrono::steady_clock::time_point since{};
   bool started = false;
   forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) {
-        stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      ctx, op.count, chunk, elem,
+      [&](size_t off, size_t ce, size_t place) {
+        stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
-      [&](size_t off, size_t ce, int h) {
+      [&](size_t off, size_t ce, size_t place) {
         if (timed && !started) {
           since = std::chrono::steady_clock::now();
           started = true;
         }
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
-          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stage(k, h),
+          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stageAt(k, place),
                         ce * elem, store);
         }
         if (!inPlace) {
           kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem),
                         ce * elem, store);
         }
-      });
+      },
+      // Short calls are packed through the whole staging area (stagingPacks), blocks of up to
+      // half a slot: the 2-rank all-gather of 1 MiB ran 4-7% slower packed, of 256 KiB 1.2-1.4x faster.
+      2 * block <= shm.stageSlotBytes());
   if (timed) stores.record(op.kind, output, store, nsSince(since));
 }
 

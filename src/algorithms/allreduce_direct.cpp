@@ -93,7 +93,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   struct Chunk {
     size_t off, ce;
-    int slot;
+    size_t at;  // byte offset in the staging area (ShmGroup::stageAt)
   };
   auto myRange = [&](size_t ce) {
     Slices slices(ce, static_cast<size_t>(n), cacheLineElems(elem));
@@ -106,8 +106,8 @@ void allReduceStaged(Context& ctx, const Op& op) {
   // Peers need every slice of a chunk but this rank's own, which it reduces from its input.
   auto stage = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
-    stageCopy(writes, shm.stage(me, c.slot), at(op.send, c.off, elem), so * elem);
-    stageCopy(writes, shm.stage(me, c.slot) + end * elem, at(op.send, c.off + end, elem),
+    stageCopy(writes, shm.stageAt(me, c.at), at(op.send, c.off, elem), so * elem);
+    stageCopy(writes, shm.stageAt(me, c.at) + end * elem, at(op.send, c.off + end, elem),
               (c.ce - end) * elem);
   };
   // This rank's slice, from its input and what the peers staged, into the same place of its slot,
@@ -115,13 +115,13 @@ void allReduceStaged(Context& ctx, const Op& op) {
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;
-    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, c.slot) + so * elem;
+    for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stageAt(k, c.at) + so * elem;
     srcs[static_cast<size_t>(me)] = at(op.send, c.off + so, elem);
     const size_t outBytes = (end - so) * elem;
     const kernels::CopyMode how = writes.next(outBytes);
     const bool timed = writes.timed(outBytes);
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    kernels::reduce(shm.stage(me, c.slot) + so * elem, srcs.data(), n, end - so, op.type, op.op,
+    kernels::reduce(shm.stageAt(me, c.at) + so * elem, srcs.data(), n, end - so, op.type, op.op,
                     avgDivisor(op, n), how);
     if (timed) writes.record(how, outBytes, nsSince(start));
   };
@@ -129,22 +129,26 @@ void allReduceStaged(Context& ctx, const Op& op) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
     for (int k = 0; k < n; ++k) {
       const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
-      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stage(k, c.slot) + o * elem, l * elem, store);
+      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stageAt(k, c.at) + o * elem, l * elem, store);
     }
   };
   // Pipelined so that a chunk costs one synchronisation, not two: the one after chunk i+1 is
   // staged also says chunk i is reduced, and its copy out runs after it. Staging chunk i+2 into
   // chunk i's slot while slower peers still copy chunk i's reduced slices out of it is safe: it
   // writes every slice but this rank's own, and peers read only that one (of the same layout,
-  // hence the extra synchronisation before a chunk of another length reuses a slot).
+  // hence the extra synchronisation before a chunk of another length reuses a slot). A packed call
+  // has two chunks at most, in two places apart.
   std::optional<Chunk> reduced;  // reduced, waiting for the next synchronisation to be copied out
   std::array<size_t, transport::kStageSlots> slotCe{};  // the length of the chunk last staged in each slot
-  const int slots = stageSlotsFor(shm, (op.count + chunk - 1) / chunk, true);
+  const bool packed = stagingPacks(shm, (op.count + chunk - 1) / chunk, true);
   for (size_t off = 0; off < op.count; off += chunk) {
-    const Chunk c{off, std::min(chunk, op.count - off), shared(ctx).nextStageSlot(slots)};
-    size_t& last = slotCe[static_cast<size_t>(c.slot)];
-    if (last != 0 && last != c.ce) shared(ctx).syncAll();  // peers are done copying that chunk out
-    last = c.ce;
+    const size_t ce = std::min(chunk, op.count - off);
+    const Chunk c{off, ce, shared(ctx).nextStageOffset(ce * elem, packed)};
+    if (!packed) {
+      size_t& last = slotCe[c.at / shm.stageSlotBytes()];
+      if (last != 0 && last != c.ce) shared(ctx).syncAll();  // peers are done copying that chunk out
+      last = c.ce;
+    }
     stage(c);
     shared(ctx).syncAll();  // chunk c staged, the one before it reduced
     if (storesTimed && !reduced) since = std::chrono::steady_clock::now();
@@ -204,14 +208,15 @@ void allReduceOneShot(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, 1);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) {
-        kernels::copy(shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      ctx, op.count, chunk, elem,
+      [&](size_t off, size_t ce, size_t place) {
+        kernels::copy(shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
-      [&](size_t off, size_t ce, int h) {
-        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
+      [&](size_t off, size_t ce, size_t place) {
+        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stageAt(k, place);
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
-      });
+      },
+      true);  // short calls are packed through the whole staging area (stagingPacks)
 }
 
 // AllReduce, low latency: chunks of up to llCapacity() bytes go through the low-latency lines

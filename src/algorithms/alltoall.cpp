@@ -31,18 +31,19 @@ void allToAllDirect(Context& ctx, const Op& op) {
   const kernels::CopyMode store =
       outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
   forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) { stageBlocks(ctx, h, op.send, op.count, off, ce, elem, me); },
-      [&](size_t off, size_t ce, int h) {
+      ctx, op.count, chunk, static_cast<size_t>(n) * elem,
+      [&](size_t off, size_t ce, size_t place) { stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me); },
+      [&](size_t off, size_t ce, size_t place) {
         for (int k = 0; k < n; ++k) {
           void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);
           if (k != me) {
-            kernels::copy(to, shm.stage(k, h) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
+            kernels::copy(to, shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
           } else if (op.send != op.recv) {  // this rank's own block goes straight from its input
             kernels::copy(to, at(op.send, static_cast<size_t>(me) * op.count + off, elem), ce * elem, store);
           }
         }
-      });
+      },
+      true);  // short calls are packed through the whole staging area (stagingPacks)
 }
 
 namespace {

@@ -25,18 +25,19 @@ void broadcastDirect(Context& ctx, const Op& op) {
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
   forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) {
+      ctx, op.count, chunk, elem,
+      [&](size_t off, size_t ce, size_t place) {
         if (me == op.root)
-          stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
+          stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
-      [&](size_t off, size_t ce, int h) {
+      [&](size_t off, size_t ce, size_t place) {
         if (me != op.root) {
-          kernels::copy(at(op.recv, off, elem), shm.stage(op.root, h), ce * elem, store);
+          kernels::copy(at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
         } else if (op.send != op.recv) {
           kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);
         }
-      });
+      },
+      true);  // short calls are packed through the whole staging area (stagingPacks)
 }
 
 void broadcastPipeline(Context& ctx, const Op& op) {

@@ -41,36 +41,37 @@ inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, s
   return per >= line ? per / line * line : (per ? per : 1);
 }
 
-/// Which staging slots a call's chunks take turns in: two, or all transport::kStageSlots for a call
-/// of one or two chunks of a collective that gains from it (`rotates`: the reduce-scatter and the
-/// allreduce) where the ranks have a core each (ShmGroup::stagingRotates). A rank rewriting
-/// staging lines that a peer read last and still holds in its L2 writes them several times slower
-/// than lines the peer has let go (docs/performance.md, "Staging slots"). Between two uses of a
-/// slot in a long call the peers have read a chunk of the other, which pushes much of the first out
-/// of their L2 already; back-to-back short calls would come back to a slot every other chunk.
-/// Measured on the AVX-512 EPYC VM, 2 ranks: short reduce-scatters 1.1-1.4x faster at 256 KiB-1
-/// MiB, short allreduces 1.2-1.3x at 256 KiB (1 MiB: within 3% either way); long calls rotating
-/// through four 0.86-1.05x the allreduce's speed, 0.9-1.4x the reduce-scatter's; the all-gather's
-/// short calls 5-9% slower.
-inline int stageSlotsFor(const transport::ShmGroup& shm, size_t chunks, bool rotates) {
-  return rotates && chunks <= 2 && shm.stagingRotates() ? transport::kStageSlots : 2;
+/// Whether a call's chunks are packed one after another through the whole staging area
+/// (engine::StagePlacement::nextPacked) rather than alternating between slots 0 and 1: a call of
+/// one or two chunks (`packs`: where its collective gains from it) where the ranks have a core each
+/// (ShmGroup::stagingRotates). A rank rewriting staging lines that a peer read last and still
+/// holds in its L2 writes them several times slower than lines the peer has let go
+/// (docs/performance.md, "Staging slots"). Between two uses of a slot in a long call the peers have
+/// read a chunk of the other, which pushes much of the first out of their L2 already; back-to-back
+/// short calls would come back to the same lines every other chunk. Measured on the AVX-512 EPYC
+/// VM, 2 ranks, against two slots in turn: the all-to-all and the broadcast of 256 KiB-1 MiB
+/// 1.3-1.9x faster, the reduce-scatter of 256 KiB 1.9x, the all-gather of 256 KiB 1.2-1.4x but of
+/// 1 MiB 4-7% slower (so it packs blocks of up to half a slot).
+inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, bool packs) {
+  return packs && chunks <= 2 && shm.stagingRotates();
 }
 
 /// The shape of every direct algorithm: for each chunk of at most `chunk` elements (offset `off`,
-/// length `ce`), `stage(off, ce, slot)` writes this rank's part into one of its staging slots, all
-/// ranks synchronise, and `consume(off, ce, slot)` reads what the peers staged. A chunk never goes
-/// to the slot of the chunk before, so its staging cannot overwrite data a slower peer is still
-/// reading (see shm_group.hpp; engine::nextStageSlot). `rotates`: stageSlotsFor.
+/// length `ce`), `stage(off, ce, place)` writes this rank's part, `rowBytes` per element of the
+/// chunk, at byte `place` of its staging area (ShmGroup::stageAt), all ranks synchronise, and
+/// `consume(off, ce, place)` reads what the peers staged at the same place of theirs. A chunk never
+/// overlaps the chunk before, so its staging cannot overwrite data a slower peer is still reading
+/// (see shm_group.hpp; engine/stage_placement.hpp). `packs`: stagingPacks.
 template <typename Stage, typename Consume>
-void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, Stage&& stage, Consume&& consume,
-                        bool rotates = false) {
-  const int slots = stageSlotsFor(shared(ctx).group(), (count + chunk - 1) / chunk, rotates);
+void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowBytes, Stage&& stage,
+                        Consume&& consume, bool packs) {
+  const bool packed = stagingPacks(shared(ctx).group(), (count + chunk - 1) / chunk, packs);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t ce = std::min(chunk, count - off);
-    const int slot = shared(ctx).nextStageSlot(slots);
-    stage(off, ce, slot);
+    const size_t place = shared(ctx).nextStageOffset(ce * rowBytes, packed);
+    stage(off, ce, place);
     shared(ctx).syncAll();
-    consume(off, ce, slot);
+    consume(off, ce, place);
   }
 }
 
@@ -92,12 +93,12 @@ inline void stageCopy(engine::StagingWrites& writes, std::byte* dst, const void*
 }
 
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
-/// block after block into this rank's staging slot (reduce-scatter and all-to-all layouts); all
+/// block after block at byte `place` of this rank's staging area (reduce-scatter and all-to-all layouts); all
 /// but block `skip` (-1: none), which no peer reads.
-inline void stageBlocks(Context& ctx, int slot, const void* send, size_t count, size_t off, size_t ce,
+inline void stageBlocks(Context& ctx, size_t place, const void* send, size_t count, size_t off, size_t ce,
                         size_t elemSize, int skip = -1) {
   transport::ShmGroup& shm = shared(ctx).group();
-  std::byte* mine = shm.stage(shm.rank(), slot);
+  std::byte* mine = shm.stageAt(shm.rank(), place);
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
     if (static_cast<int>(j) == skip) continue;
     stageCopy(shared(ctx).stagingWrites(), mine + j * ce * elemSize, at(send, j * count + off, elemSize),

@@ -15,15 +15,16 @@ void reduceDirect(Context& ctx, const Op& op) {
   const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   forEachStagedChunk(
-      ctx, op.count, chunk,
-      [&](size_t off, size_t ce, int h) {
-        stageCopy(shared(ctx).stagingWrites(), shm.stage(me, h), at(op.send, off, elem), ce * elem);
+      ctx, op.count, chunk, elem,
+      [&](size_t off, size_t ce, size_t place) {
+        stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
-      [&](size_t off, size_t ce, int h) {
+      [&](size_t off, size_t ce, size_t place) {
         if (me != op.root) return;
-        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stage(k, h);
+        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stageAt(k, place);
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
-      });
+      },
+      true);  // short calls are packed through the whole staging area (stagingPacks)
 }
 
 void reducePipeline(Context& ctx, const Op& op) {

@@ -22,17 +22,17 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     transport::ShmGroup& shm = shared(ctx).group();
     const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
     forEachStagedChunk(
-        ctx, op.count, chunk,
-        [&](size_t off, size_t ce, int h) { stageBlocks(ctx, h, op.send, op.count, off, ce, elem, me); },
-        [&](size_t off, size_t ce, int h) {
+        ctx, op.count, chunk, static_cast<size_t>(n) * elem,
+        [&](size_t off, size_t ce, size_t place) { stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me); },
+        [&](size_t off, size_t ce, size_t place) {
           for (int k = 0; k < n; ++k)
-            srcs[static_cast<size_t>(k)] = shm.stage(k, h) + static_cast<size_t>(me) * ce * elem;
+            srcs[static_cast<size_t>(k)] = shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem;
           // This rank's own block is read from its input: staging it would only copy it once more.
           srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
           kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
                           store);
         },
-        true);  // short calls rotate through every staging slot (stageSlotsFor)
+        true);  // short calls are packed through the whole staging area (stagingPacks)
   };
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy

@@ -193,10 +193,10 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.peerPids = watchablePids(hosts_, me, nullptr);
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
-    // Short staged calls rotate through four staging slots where every rank has a core of its own
-    // (measured with 2 ranks on 2 cores: the reduce-scatter 1.1-1.4x faster at 256 KiB-1 MiB, the
-    // allreduce 1.2-1.3x at 256 KiB; with 4 ranks on 2 cores no gain). Rank 0's verdict holds for
-    // all (algo::stageSlotsFor).
+    // Short staged calls are packed through all four staging slots where every rank has a core of
+    // its own (measured with 2 ranks on 2 cores: the reduce-scatter, all-to-all and broadcast
+    // 1.3-1.9x faster at 256 KiB-1 MiB; rotating with 4 ranks on 2 cores showed no gain). Rank 0's
+    // verdict holds for all (algo::stagingPacks).
     options.stagingRotates = localRanks <= cores;
     options.timeout = timeout;
     options.net = config_.net;

@@ -16,6 +16,7 @@
 #include "base/op.hpp"
 #include "engine/output_stores.hpp"
 #include "engine/single_copy_choice.hpp"
+#include "engine/stage_placement.hpp"
 #include "engine/staging_writes.hpp"
 #include "engine/waiter.hpp"
 #include "kernels/cpu/reduce.hpp"
@@ -66,12 +67,6 @@ struct PeerBuffers {
   uint32_t choice = 0;   // the word the rank passed to exchangeBuffers
 };
 
-/// The staging slot a chunk goes to after one in slot `last`, when the call's chunks take turns in
-/// the first `slots` (2 .. transport::kStageSlots; algo::stageSlotsFor says how many): the next
-/// one, else slot 0. Never `last` again: a slower peer may still read the chunk before
-/// (shm_group.hpp).
-constexpr int nextStageSlot(int last, int slots) { return last + 1 < slots ? last + 1 : 0; }
-
 class ShmSync {
  public:
   /// `waiter()` makes a waiter bounded by the running operation's deadline; `what()` names the
@@ -94,9 +89,12 @@ class ShmSync {
   /// acquire: what a rank staged before is visible after). A rank arriving from another call is
   /// a mismatch.
   void syncAll();
-  /// Which staging slot the next chunk uses, taking turns in the first `slots` (nextStageSlot);
-  /// every rank asks for the same calls in the same order, so all agree.
-  int nextStageSlot(int slots) { return stageSlot_ = engine::nextStageSlot(stageSlot_, slots); }
+  /// Where in this rank's staging area (ShmGroup::stageAt) the next chunk of `bytes` goes: packed
+  /// right after the chunk before for a short call's (`packed`), else slot 0 or 1 in turn
+  /// (stage_placement.hpp). Every rank asks for the same chunks in the same order, so all agree.
+  size_t nextStageOffset(size_t bytes, bool packed) {
+    return packed ? stagePlacement_.nextPacked(bytes) : stagePlacement_.nextSlot();
+  }
   /// How this rank writes copies and reductions into its staging area (timed per rank,
   /// staging_writes.hpp).
   StagingWrites& stagingWrites() { return stagingWrites_; }
@@ -167,7 +165,7 @@ class ShmSync {
   uint64_t hash_ = 0;
   uint16_t tag_ = 0;
   uint64_t syncCounter_ = 0;
-  int stageSlot_ = 1;
+  StagePlacement stagePlacement_{group_.stageSlotBytes(), transport::kStageSlots};
   StagingWrites stagingWrites_{stagingWritesPolicy(), stagingCopiesPolicy()};
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};

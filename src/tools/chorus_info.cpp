@@ -141,9 +141,9 @@ Facts gather(int ranks) {
   return f;
 }
 
-// How this tool's communicator uses the staging slots (algo::stageSlotsFor): whether short
-// reduce-scatters and allreduces rotate through all of them, with the ranks and cores rank 0
-// decided from; "" where the ranks have no shared memory.
+// How this tool's communicator places short staged calls (algo::stagingPacks): packed through the
+// whole staging area or in two slots in turn, with the ranks and cores rank 0 decided from; ""
+// where the ranks have no shared memory.
 std::string stagingSlotsNote(const Facts& f) {
   using namespace chorus;
   engine::ShmSync* sm = f.comms[0].impl()->sharedMemory();
@@ -151,8 +151,8 @@ std::string stagingSlotsNote(const Facts& f) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return strCat(sm->group().stagingRotates() ? strCat("rotate through all ", transport::kStageSlots)
-                                             : std::string("take two in turn"),
+  return strCat(sm->group().stagingRotates() ? std::string("packed one after another through all of them")
+                                             : std::string("in two in turn"),
                 " (", f.ranks, " ranks on ", cores, " cores)");
 }
 
@@ -276,7 +276,7 @@ void printSetup(const Facts& f) {
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis.c_str(),
               formatBytes(t.stageBytes).c_str());
   if (const std::string slots = stagingSlotsNote(f); !slots.empty()) {
-    std::printf("                   staging slots: %d of %s; short reduce-scatters and allreduces %s\n",
+    std::printf("                   staging slots: %d of %s; short staged calls %s\n",
                 transport::kStageSlots, formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
   }
   std::printf("                   staged all-gather and allreduce outputs: %s\n",

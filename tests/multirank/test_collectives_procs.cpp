@@ -93,9 +93,9 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   }
 }
 
-// Whether short staged calls rotate through the four staging slots (algo::stageSlotsFor): rank 0
+// Whether short staged calls are packed through the whole staging area (algo::stagingPacks): rank 0
 // decides from its ranks and cores and every rank takes its verdict, since all must put each chunk
-// in the same slot. Here all ranks are on this host: rotating exactly where they have a core each.
+// in the same place. Here all ranks are on this host: packing exactly where they have a core each.
 TEST(StageSlotsSetUp, EveryRankTakesRankZerosVerdict) {
   Communicator& c = comm();
   engine::ShmSync* sm = c.impl()->sharedMemory();

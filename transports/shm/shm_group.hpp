@@ -7,7 +7,8 @@
 //     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
 //   - the staging area for direct algorithms: kStageSlots slots of half the staging size, which a
-//     long call's chunks alternate between (two of them) and short calls rotate through (all).
+//     long call's chunks alternate between (two of them) and short calls' chunks are packed
+//     through (all; engine/stage_placement.hpp).
 // Segments are created and reserved, announced through the store, mapped by every peer, then
 // unlinked once all ranks have mapped them: after init nothing of the job is left in /dev/shm.
 // A set-up that fails, or whose creator dies before unlinking, leaves nothing either (shm_names.hpp).
@@ -49,10 +50,10 @@ struct ShmGroupOptions {
   std::string jobTag;  // unique per communicator (hex of its random id)
   size_t fifoBytes = 0;
   size_t stageBytes = 0;
-  /// Whether the short staged calls of the collectives that gain from it rotate through all
-  /// kStageSlots (algo::stageSlotsFor): measured where every rank has a core of its own, not where
-  /// they share cores. Group rank 0's value holds for every rank (stagingRotates()), as the slots
-  /// a chunk goes to must agree.
+  /// Whether the short staged calls of the collectives that gain from it pack their chunks through
+  /// all kStageSlots (algo::stagingPacks): measured where every rank has a core of its own, not
+  /// where they share cores. Group rank 0's value holds for every rank (stagingRotates()), as the
+  /// places a chunk goes to must agree.
   bool stagingRotates = false;
   std::chrono::milliseconds timeout{0};
   /// By group rank: the process id of each peer whose liveness this process can watch (same pid
@@ -123,10 +124,10 @@ class ShmGroup final : public Transport {
   /// Bytes of shared memory this rank created (its own segment).
   size_t memoryBytes() const override { return segmentBytes_; }
 
-  /// Staging slot `slot` (0 .. kStageSlots - 1) of rank `r`'s segment: each of half the staging
-  /// size (ShmGroupOptions::stageBytes), which a long call's chunks alternate between (slots 0
-  /// and 1) and a short call's rotate through (engine::nextStageSlot).
-  std::byte* stage(int r, int slot) const { return stages_[static_cast<size_t>(r)] + slot * stageSlot_; }
+  /// The byte at `offset` of rank `r`'s staging area: kStageSlots slots of half the staging size
+  /// (ShmGroupOptions::stageBytes) back to back, where the direct algorithms put their chunks
+  /// (engine::StagePlacement says where).
+  std::byte* stageAt(int r, size_t offset) const { return stages_[static_cast<size_t>(r)] + offset; }
   size_t stageSlotBytes() const { return stageSlot_; }
 
   /// Publishes this rank's sync counter (release: staged data written before is visible), and in
