@@ -32,7 +32,9 @@ void allToAllDirect(Context& ctx, const Op& op) {
       outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
   forEachStagedChunk(
       ctx, op.count, chunk, static_cast<size_t>(n) * elem,
-      [&](size_t off, size_t ce, size_t place) { stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me); },
+      [&](size_t off, size_t ce, size_t place) {
+        stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me);
+      },
       [&](size_t off, size_t ce, size_t place) {
         for (int k = 0; k < n; ++k) {
           void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);

@@ -23,7 +23,9 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
     const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
     forEachStagedChunk(
         ctx, op.count, chunk, static_cast<size_t>(n) * elem,
-        [&](size_t off, size_t ce, size_t place) { stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me); },
+        [&](size_t off, size_t ce, size_t place) {
+          stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me);
+        },
         [&](size_t off, size_t ce, size_t place) {
           for (int k = 0; k < n; ++k)
             srcs[static_cast<size_t>(k)] = shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem;

@@ -276,8 +276,8 @@ void printSetup(const Facts& f) {
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis.c_str(),
               formatBytes(t.stageBytes).c_str());
   if (const std::string slots = stagingSlotsNote(f); !slots.empty()) {
-    std::printf("                   staging slots: %d of %s; short staged calls %s\n",
-                transport::kStageSlots, formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
+    std::printf("                   staging slots: %d of %s; short staged calls %s\n", transport::kStageSlots,
+                formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
   }
   std::printf("                   staged all-gather and allreduce outputs: %s\n",
               env.ntStoreBytes ? "by the threshold per rank (CHORUS_NT_STORE_BYTES set)"

@@ -82,8 +82,8 @@ TEST(StagePlacement, NoChunkOverlapsTheChunkBefore) {
       const size_t len = isLong ? slot : bytes;
       ASSERT_LE(at + len, p.area()) << "slot " << slot << ", chunk " << i;
       ASSERT_TRUE(lastLen == 0 || at + len <= lastAt || lastAt + lastLen <= at)
-          << "slot " << slot << ", chunk " << i << " at " << at << " (" << len << " B) overlaps the one before at "
-          << lastAt << " (" << lastLen << " B)";
+          << "slot " << slot << ", chunk " << i << " at " << at << " (" << len
+          << " B) overlaps the one before at " << lastAt << " (" << lastLen << " B)";
       if (isLong) {
         ASSERT_EQ(at % slot, 0u);
         if (lastLong && twoBeforeLong) {
