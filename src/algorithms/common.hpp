@@ -50,8 +50,8 @@ inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, s
 /// read a chunk of the other, which pushes much of the first out of their L2 already; back-to-back
 /// short calls would come back to the same lines every other chunk. Measured on the AVX-512 EPYC
 /// VM, 2 ranks, against two slots in turn: the all-to-all and the broadcast of 256 KiB-1 MiB
-/// 1.3-1.9x faster, the reduce-scatter of 256 KiB 1.9x, the all-gather of 256 KiB 1.2-1.4x but of
-/// 1 MiB 4-7% slower (so it packs blocks of up to half a slot).
+/// 1.1-2.1x faster, the reduce-scatter of 256 KiB 1.8-1.9x, the all-gather of 256 KiB 1.2-1.4x but
+/// of 1 MiB 4-7% slower (so it packs blocks of up to half a slot).
 inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, bool packs) {
   return packs && chunks <= 2 && shm.stagingRotates();
 }

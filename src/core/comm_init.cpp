@@ -195,7 +195,7 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.stageBytes = config_.shmStageBytes;
     // Short staged calls are packed through all four staging slots where every rank has a core of
     // its own (measured with 2 ranks on 2 cores: the reduce-scatter, all-to-all and broadcast
-    // 1.3-1.9x faster at 256 KiB-1 MiB; rotating with 4 ranks on 2 cores showed no gain). Rank 0's
+    // 1.1-2.1x faster at 256 KiB-1 MiB; rotating with 4 ranks on 2 cores showed no gain). Rank 0's
     // verdict holds for all (algo::stagingPacks).
     options.stagingRotates = localRanks <= cores;
     options.timeout = timeout;
