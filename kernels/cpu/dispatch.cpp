@@ -19,11 +19,13 @@ namespace chorus::kernels {
 
 namespace {
 
-constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &portable::streamCopy};
-constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy};
-constexpr KernelImpl kAvx512{"avx512", &avx512::reduce, &avx512::copy, &avx512::streamCopy};
+constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &portable::streamCopy,
+                               &portable::cachedCopy};
+constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy, &avx2::cachedCopy};
+constexpr KernelImpl kAvx512{"avx512", &avx512::reduce, &avx512::copy, &avx512::streamCopy,
+                             &avx512::cachedCopy};
 constexpr KernelImpl kAvx512Bf16{"avx512+bf16", &avx512bf16::reduce, &avx512bf16::copy,
-                                 &avx512bf16::streamCopy};
+                                 &avx512bf16::streamCopy, &avx512bf16::cachedCopy};
 
 // The levels in order; CHORUS_CPU_KERNELS names the highest one allowed.
 constexpr const char* kLevels[] = {"portable", "avx2", "avx512", "avx512bf16"};
@@ -199,7 +201,8 @@ void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
     case CopyMode::Auto:
       return activeKernels().copy(dst, src, bytes, streamPages());
     case CopyMode::Cached:
-    case CopyMode::Handoff:
+      return activeKernels().cachedCopy(dst, src, bytes, 0);
+    case CopyMode::Handoff:  // memcpy's whole-line writes, whatever the offsets (reduce.hpp)
       std::memcpy(dst, src, bytes);
       return;
     case CopyMode::Streaming:

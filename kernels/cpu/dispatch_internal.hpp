@@ -21,6 +21,7 @@ struct KernelImpl {
   ReduceFn reduce;
   CopyFn copy;        // CopyMode::Auto
   CopyFn streamCopy;  // CopyMode::Streaming
+  CopyFn cachedCopy;  // CopyMode::Cached and Handoff: memcpy, by vector lines at odd offsets
 };
 
 // The implementations themselves (reduce_portable.cpp, reduce_avx2.cpp, reduce_avx512.cpp,
@@ -30,24 +31,28 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace portable
 namespace avx2 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx2
 namespace avx512 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx512
 namespace avx512bf16 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor);
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 }  // namespace avx512bf16
 
 /// Whether this CPU can run the AVX2 implementation (AVX2, F16C and FMA; x86 only).

@@ -895,11 +895,13 @@ TEST(Copy, AllSizesAndAlignments) {
   for (const KernelImpl* impl : availableImpls()) {
     for (size_t size : {size_t(0), size_t(1), size_t(31), size_t(63), size_t(64), size_t(65), size_t(4097),
                         size_t(1) << 20, big}) {
-      for (size_t so : {0, 1}) {
-        for (size_t doff : {0, 5, 32}) {
-          for (CopyFn fn : {impl->copy, impl->streamCopy}) {
+      for (size_t so : {0, 1, 8}) {
+        for (size_t doff : {0, 5, 32}) {  // cachedCopy: vector lines where doff != so (from 4 KiB)
+          for (CopyFn fn : {impl->copy, impl->streamCopy, impl->cachedCopy}) {
             for (unsigned pages : {1u, 2u, 4u, 8u}) {  // streamed lines: one stream or pages interleaved
-              const char* kind = fn == impl->copy ? "copy" : "streamCopy";
+              const char* kind = fn == impl->copy         ? "copy"
+                                 : fn == impl->streamCopy ? "streamCopy"
+                                                          : "cachedCopy";
               std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xa5));
               fn(dst.data() + doff, src.data() + so, size, pages);
               ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
@@ -910,6 +912,31 @@ TEST(Copy, AllSizesAndAlignments) {
                 ASSERT_EQ(dst[i], 0xa5) << kind;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// Every mode of the public copy() at offsets where the destination lies 0, 3, 8 or 56 bytes past
+// the source within a line (Cached takes vector lines there from 4 KiB): the bytes exactly, nothing
+// written around them.
+TEST(Copy, EveryModeAtOddOffsets) {
+  std::mt19937_64 rng(5);
+  const size_t most = size_t(1) << 20;
+  std::vector<unsigned char> src(most + 128), dst(most + 128);
+  for (auto& c : src) c = static_cast<unsigned char>(rng());
+  for (CopyMode mode : {CopyMode::Auto, CopyMode::Cached, CopyMode::Streaming, CopyMode::Handoff}) {
+    for (size_t size : {size_t(4095), size_t(4096), size_t(4097), size_t(100003), most}) {
+      for (size_t so : {0, 9}) {
+        for (size_t past : {0, 3, 8, 56}) {
+          const size_t doff = so + past;
+          std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0x5a));
+          chorus::kernels::copy(dst.data() + doff, src.data() + so, size, mode);
+          ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + so, size), 0)
+              << "mode " << static_cast<int>(mode) << " size " << size << " offsets " << so << "/" << doff;
+          for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0x5a);
+          for (size_t i = doff + size; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0x5a);
         }
       }
     }
