@@ -29,7 +29,8 @@ enum class CopyMode {
   Auto,       ///< as Cached, switching to non-temporal stores for a single copy of 16 MiB or more
   Cached,     ///< through the cache: memcpy, or vector lines where destination and source lie at
               ///< different offsets within a 64-byte line (from 4 KiB; there glibc's `rep movsb`
-              ///< ran 1.3-16x slower on Zen 4): the destination ends up in cache for a reader
+              ///< ran up to 2x slower on Zen 4, 15-30x 1-15 bytes past): the destination ends up
+              ///< in cache for a reader that follows
   Streaming,  ///< non-temporal stores: the destination bypasses the cache (no read-for-ownership)
   Handoff,    ///< copy(): memcpy; reduce(): through L1, then memcpy (for lines another core read last)
 };

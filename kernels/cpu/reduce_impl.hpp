@@ -104,9 +104,9 @@ constexpr size_t kNonTemporalThreshold = 16u << 20;
 // cachedCopy() copies by vector lines from this size on where the destination and the source lie
 // at different offsets within a 64-byte line, and with memcpy otherwise. glibc (2.36, Debian 12)
 // copies 2 KiB up to the L2 size with `rep movsb`, which on the AVX-512 EPYC VM (Zen 4) ran a
-// 128 KiB copy in L2 at 27-47 ns/KiB for such offsets against 18-21 for aligned ones, and at
-// 314-344 ns/KiB where the destination lay 8 bytes past the source modulo 4 KiB; vector lines ran
-// 18-22 at every offset (docs/performance.md, "Copies at odd offsets").
+// 128 KiB copy in L2 at 21-38 ns/KiB for such offsets against 18-20 for the same offset, and at
+// 295-570 ns/KiB where the destination lay 1 to 15 bytes past the source modulo 4 KiB; vector
+// lines ran 18-22 at every offset (docs/performance.md, "Copies at odd offsets").
 constexpr size_t kLineCopyFrom = 4096;
 
 inline size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
