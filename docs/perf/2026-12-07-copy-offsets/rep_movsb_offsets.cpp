@@ -24,7 +24,8 @@ int main() {
     for (size_t off = 0; off < 4096; off += (off < 128 ? 8 : (off < 3968 ? 512 : 8))) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int it = 0; it < 300; ++it) repMovsb(b + off, a + so, n);
-      const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      const double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
       std::printf(" %zu:%.0f", off, ns / 300 / (n / 1024.0));
     }
     std::printf("\n");
