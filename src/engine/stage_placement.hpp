@@ -53,7 +53,6 @@ class StagePlacement {
     return remember(at, len);
   }
 
-  size_t slotBytes() const { return slot_; }
   size_t area() const { return slot_ * static_cast<size_t>(slots_); }
 
  private:
