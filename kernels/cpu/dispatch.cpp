@@ -195,6 +195,34 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   }
 }
 
+void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs, int nsrcs,
+                  size_t count, DataType type, ReduceOp op, int avgDivisor) {
+  checkReduce(nsrcs, type, op);
+  constexpr size_t kBounceBytes = 16 * 1024;
+  constexpr size_t kPage = 4096;
+  const size_t elem = dataTypeSize(type);
+  const KernelImpl& k = activeKernels();
+  // The buffer sits at the page offset of the destination memcpy writes (Handoff), if either:
+  // `rep movsb` slows down where its destination lies a few bytes past its source modulo 4 KiB;
+  // the other copy is by vector lines (Cached) or streaming, which do not care.
+  const void* memcpyDst = store == CopyMode::Handoff ? dst : alsoStore == CopyMode::Handoff ? also : nullptr;
+  alignas(kPage) std::byte area[kBounceBytes + kPage];
+  std::byte* bounce = area + (reinterpret_cast<uintptr_t>(memcpyDst) & (kPage - 1));
+  const size_t blockElems = kBounceBytes / elem;
+  constexpr int kInline = 64;
+  const void* inlineSrcs[kInline];
+  std::vector<const void*> manySrcs(nsrcs > kInline ? static_cast<size_t>(nsrcs) : 0);
+  const void** moved = nsrcs > kInline ? manySrcs.data() : inlineSrcs;
+  // Each block reads the sources at its offset before either destination is written there.
+  for (size_t off = 0; off < count; off += blockElems) {
+    const size_t m = std::min(blockElems, count - off);
+    for (int i = 0; i < nsrcs; ++i) moved[i] = static_cast<const std::byte*>(srcs[i]) + off * elem;
+    k.reduce(bounce, moved, nsrcs, m, type, op, avgDivisor);
+    copy(static_cast<std::byte*>(dst) + off * elem, bounce, m * elem, store);
+    copy(static_cast<std::byte*>(also) + off * elem, bounce, m * elem, alsoStore);
+  }
+}
+
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
   if (bytes == 0) return;
   switch (mode) {

@@ -52,6 +52,16 @@ void copy(void* dst, const void* src, size_t bytes, CopyMode mode = CopyMode::Au
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
             int avgDivisor, CopyMode store);
 
+/// reduce() into two destinations: a block of at most 16 KiB of output at a time is reduced once
+/// into a buffer in L1 and copied from there to `dst` (written as copy(..., store) writes) and to
+/// `also` (as copy(..., alsoStore)). For a result that goes both to this rank's output and to
+/// where its peers read it: one reduction and two writes, where reduce() and a copy of its result
+/// would read the result back (from memory, if it was streamed). The results are bit for bit
+/// reduce()'s; dst or also may be the same pointer as any srcs[k], as there; dst and also must not
+/// overlap.
+void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs, int nsrcs,
+                  size_t count, DataType type, ReduceOp op, int avgDivisor);
+
 /// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();
 

@@ -1,8 +1,9 @@
 // AllReduce, direct: on one host every rank stages the slices of its chunk that its peers reduce,
-// reduces its own slice from its input and all peers' staging areas into its staging area, and
-// copies every reduced slice out. One synchronisation per chunk and one more per call (pipelined:
-// chunk i is copied out after the synchronisation that follows chunk i+1's staging); per rank,
-// (n-1)/n of the chunk copied in, n/n reduced from n sources, the whole chunk copied out.
+// reduces its own slice from its input and all peers' staging areas into its staging area and its
+// output, and copies the peers' reduced slices out. One synchronisation per chunk and one more per
+// call (pipelined: chunk i is copied out after the synchronisation that follows chunk i+1's
+// staging); per rank, (n-1)/n of the chunk copied in, 1/n reduced from n sources and written
+// twice, (n-1)/n copied out.
 #include <array>
 #include <chrono>
 #include <optional>
@@ -111,7 +112,15 @@ void allReduceStaged(Context& ctx, const Op& op) {
               (c.ce - end) * elem);
   };
   // This rank's slice, from its input and what the peers staged, into the same place of its slot,
-  // whose lines the peers read last (they copied a chunk out of it).
+  // whose lines the peers read last (they copied a chunk out of it), and into its output: each
+  // block reduced once, in L1, and written to both (kernels::reduceToBoth), rather than copied out
+  // of the staging area after the next synchronisation, which read it back (2 ranks, AVX-512 EPYC
+  // VM, 2026-12-07: 1.3x faster from 256 KiB to 2 MiB). Not where the output streams: written 16
+  // KiB at a time beside the staging writes, the out-of-place allreduce of 16 MiB then took 10%
+  // longer than with the slice streamed out of staging after the next synchronisation. Nor where
+  // ranks share cores (ShmGroup::stagingRotates() false): 4 ranks on the 2 vCPUs took 5-12% longer
+  // at 256 KiB and 2 MiB (docs/performance.md, "Its own slice straight to its output").
+  const bool ownAtReduce = store != kernels::CopyMode::Streaming && shm.stagingRotates();
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;
@@ -121,15 +130,21 @@ void allReduceStaged(Context& ctx, const Op& op) {
     const kernels::CopyMode how = writes.next(outBytes);
     const bool timed = writes.timed(outBytes);
     const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    kernels::reduce(shm.stageAt(me, c.at) + so * elem, srcs.data(), n, end - so, op.type, op.op,
-                    avgDivisor(op, n), how);
+    if (ownAtReduce)
+      kernels::reduceToBoth(shm.stageAt(me, c.at) + so * elem, how, at(op.recv, c.off + so, elem), store,
+                            srcs.data(), n, end - so, op.type, op.op, avgDivisor(op, n));
+    else
+      kernels::reduce(shm.stageAt(me, c.at) + so * elem, srcs.data(), n, end - so, op.type, op.op,
+                      avgDivisor(op, n), how);
     if (timed) writes.record(how, outBytes, nsSince(start));
   };
+  // The peers' slices, and this rank's own where the reduction did not write it to the output.
   auto copyOut = [&](const Chunk& c) {
     Slices slices(c.ce, static_cast<size_t>(n), cacheLineElems(elem));
     for (int k = 0; k < n; ++k) {
       const size_t o = slices.offset(static_cast<size_t>(k)), l = slices.length(static_cast<size_t>(k));
-      if (l) kernels::copy(at(op.recv, c.off + o, elem), shm.stageAt(k, c.at) + o * elem, l * elem, store);
+      if (l && (k != me || !ownAtReduce))
+        kernels::copy(at(op.recv, c.off + o, elem), shm.stageAt(k, c.at) + o * elem, l * elem, store);
     }
   };
   // Pipelined so that a chunk costs one synchronisation, not two: the one after chunk i+1 is

@@ -1025,7 +1025,7 @@ TEST(Dispatch, ReduceAndCopyThroughPublicApi) {
 // out, CopyMode::Handoff through a buffer at the destination's page offset and memcpy: both bit for
 // bit what reduce() writes, for every element size, source count, a length shorter than a line,
 // one that ends mid-block, an unaligned destination and a destination that is one of the sources.
-TEST(Dispatch, BouncedReduceEqualsReduce) {
+TEST(Dispatch, BouncedReduceEqualsReduce) {  // and reduceToBoth
   std::mt19937 rng(7);
   constexpr size_t kBlockBytes = 16 * 1024;
   for (DataType type :
@@ -1077,6 +1077,34 @@ TEST(Dispatch, BouncedReduceEqualsReduce) {
                                            << count << " mode " << static_cast<int>(mode);
               bufs.back() = last;
             }
+            // reduceToBoth: the same bytes in both destinations, each at its own offset (the
+            // second one element further: different page offsets), every pair of ways, and in
+            // place into either destination.
+            const CopyMode ways[] = {CopyMode::Cached, CopyMode::Handoff, CopyMode::Streaming, CopyMode::Auto};
+            for (CopyMode a : ways) {
+              for (CopyMode b : ways) {
+                std::vector<unsigned char> one((count + shift) * elem), two((count + shift + 1) * elem);
+                std::byte* d1 = reinterpret_cast<std::byte*>(one.data()) + shift * elem;
+                std::byte* d2 = reinterpret_cast<std::byte*>(two.data()) + (shift + 1) * elem;
+                reduceToBoth(d1, a, d2, b, srcs.data(), nsrcs, count, type, op, divisor);
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), one.begin() + static_cast<long>(shift * elem)))
+                    << dataTypeName(type) << " both, first, nsrcs " << nsrcs << " count " << count << " ways "
+                    << static_cast<int>(a) << "/" << static_cast<int>(b);
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), two.begin() + static_cast<long>((shift + 1) * elem)))
+                    << dataTypeName(type) << " both, second, nsrcs " << nsrcs << " count " << count << " ways "
+                    << static_cast<int>(a) << "/" << static_cast<int>(b);
+              }
+            }
+            std::vector<unsigned char> other(count * elem);
+            reduceToBoth(other.data(), CopyMode::Streaming, bufs.back().data(), CopyMode::Handoff, srcs.data(), nsrcs,
+                         count, type, op, divisor);
+            ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place, nsrcs " << nsrcs;
+            ASSERT_EQ(other, want) << dataTypeName(type) << " both, beside in place, nsrcs " << nsrcs;
+            bufs.back() = last;
+            reduceToBoth(bufs.back().data(), CopyMode::Cached, other.data(), CopyMode::Cached, srcs.data(), nsrcs,
+                         count, type, op, divisor);
+            ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place first, nsrcs " << nsrcs;
+            bufs.back() = last;
           }
         }
       }
@@ -1085,6 +1113,9 @@ TEST(Dispatch, BouncedReduceEqualsReduce) {
   float x = 0;
   const void* one[1] = {&x};
   EXPECT_THROW(reduce(&x, one, 0, 1, DataType::Float32, ReduceOp::Sum, 0, CopyMode::Streaming), Error);
+  EXPECT_THROW(reduceToBoth(&x, CopyMode::Cached, &x + 1, CopyMode::Cached, one, 0, 1, DataType::Float32,
+                            ReduceOp::Sum, 0),
+               Error);
   EXPECT_THROW(reduce(&x, one, 1, 1 << 20, static_cast<DataType>(kNumDataTypes), ReduceOp::Sum, 0,
                       CopyMode::Streaming),
                Error);
