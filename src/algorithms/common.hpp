@@ -61,18 +61,28 @@ inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, bool pac
 /// chunk, at byte `place` of its staging area (ShmGroup::stageAt), all ranks synchronise, and
 /// `consume(off, ce, place)` reads what the peers staged at the same place of theirs. A chunk never
 /// overlaps the chunk before, so its staging cannot overwrite data a slower peer is still reading
-/// (see shm_group.hpp; engine/stage_placement.hpp). `packs`: stagingPacks.
-template <typename Stage, typename Consume>
+/// (see shm_group.hpp; engine/stage_placement.hpp). `packs`: stagingPacks. `local(off, ce)`, where
+/// given, runs between this rank's arrival and its wait for the others (ShmSync::arrive, waitAll):
+/// work on its own buffers only, such as copying its own block to its output, which then hides the
+/// flags' trip between the cores instead of following it.
+template <typename Stage, typename Consume, typename Local>
 void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowBytes, Stage&& stage,
-                        Consume&& consume, bool packs) {
+                        Consume&& consume, bool packs, Local&& local) {
   const bool packed = stagingPacks(shared(ctx).group(), (count + chunk - 1) / chunk, packs);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t ce = std::min(chunk, count - off);
     const size_t place = shared(ctx).nextStageOffset(ce * rowBytes, packed);
     stage(off, ce, place);
-    shared(ctx).syncAll();
+    const uint64_t point = shared(ctx).arrive();
+    local(off, ce);
+    shared(ctx).waitAll(point);
     consume(off, ce, place);
   }
+}
+template <typename Stage, typename Consume>
+void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowBytes, Stage&& stage,
+                        Consume&& consume, bool packs) {
+  forEachStagedChunk(ctx, count, chunk, rowBytes, stage, consume, packs, [](size_t, size_t) {});
 }
 
 /// Nanoseconds since `start` (steady clock), for the timed choices.

@@ -73,11 +73,17 @@ void ShmSync::callMismatch(int peer) {
               inCall_ ? describeCall(call_) : what_(), " but rank ", peer, " is in another call"));
 }
 
-void ShmSync::syncAll() {
+void ShmSync::syncAll() { waitAll(arrive()); }
+
+uint64_t ShmSync::arrive() {
   const uint64_t target = ++syncCounter_;
-  const int n = size();
   tsanReleaseShm();
   group_.setSyncFlag(target, tag_);
+  return target;
+}
+
+void ShmSync::waitAll(uint64_t target) {
+  const int n = size();
   Waiter waiter = waiter_();
   int next = 0;    // ranks below `next` have arrived
   int other = -1;  // a rank that arrived from another call (its flag carries another tag)

@@ -89,6 +89,12 @@ class ShmSync {
   /// acquire: what a rank staged before is visible after). A rank arriving from another call is
   /// a mismatch.
   void syncAll();
+  /// syncAll() in two halves, for work on this rank's own buffers in between (it hides the flags'
+  /// trip between the cores): arrive() publishes this rank's arrival at the next sync point and
+  /// returns it; waitAll(point) waits until every rank has arrived there. syncAll() is
+  /// waitAll(arrive()). Between the two a rank touches nothing its peers read or write.
+  uint64_t arrive();
+  void waitAll(uint64_t point);
   /// Where in this rank's staging area (ShmGroup::stageAt) the next chunk of `bytes` goes: packed
   /// right after the chunk before for a short call's (`packed`), else slot 0 or 1 in turn
   /// (stage_placement.hpp). Every rank asks for the same chunks in the same order, so all agree.
