@@ -195,8 +195,8 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   }
 }
 
-void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs, int nsrcs,
-                  size_t count, DataType type, ReduceOp op, int avgDivisor) {
+void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
+                  int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor) {
   checkReduce(nsrcs, type, op);
   constexpr size_t kBounceBytes = 16 * 1024;
   constexpr size_t kPage = 4096;

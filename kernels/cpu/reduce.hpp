@@ -59,8 +59,8 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 /// would read the result back (from memory, if it was streamed). The results are bit for bit
 /// reduce()'s; dst or also may be the same pointer as any srcs[k], as there; dst and also must not
 /// overlap.
-void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs, int nsrcs,
-                  size_t count, DataType type, ReduceOp op, int avgDivisor);
+void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
+                  int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor);
 
 /// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();

@@ -31,9 +31,10 @@ void broadcastDirect(Context& ctx, const Op& op) {
           stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, size_t place) {
-        if (me != op.root) kernels::copy(at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
+        if (me != op.root)
+          kernels::copy(at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
       },
-      true,  // short calls are packed through the whole staging area (stagingPacks)
+      true,                         // short calls are packed through the whole staging area (stagingPacks)
       [&](size_t off, size_t ce) {  // the root's own copy, while the others arrive
         if (me == op.root && op.send != op.recv)
           kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);

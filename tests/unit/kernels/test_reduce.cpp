@@ -1080,29 +1080,32 @@ TEST(Dispatch, BouncedReduceEqualsReduce) {  // and reduceToBoth
             // reduceToBoth: the same bytes in both destinations, each at its own offset (the
             // second one element further: different page offsets), every pair of ways, and in
             // place into either destination.
-            const CopyMode ways[] = {CopyMode::Cached, CopyMode::Handoff, CopyMode::Streaming, CopyMode::Auto};
+            const CopyMode ways[] = {CopyMode::Cached, CopyMode::Handoff, CopyMode::Streaming,
+                                     CopyMode::Auto};
             for (CopyMode a : ways) {
               for (CopyMode b : ways) {
                 std::vector<unsigned char> one((count + shift) * elem), two((count + shift + 1) * elem);
                 std::byte* d1 = reinterpret_cast<std::byte*>(one.data()) + shift * elem;
                 std::byte* d2 = reinterpret_cast<std::byte*>(two.data()) + (shift + 1) * elem;
                 reduceToBoth(d1, a, d2, b, srcs.data(), nsrcs, count, type, op, divisor);
-                ASSERT_TRUE(std::equal(want.begin(), want.end(), one.begin() + static_cast<long>(shift * elem)))
+                ASSERT_TRUE(
+                    std::equal(want.begin(), want.end(), one.begin() + static_cast<long>(shift * elem)))
                     << dataTypeName(type) << " both, first, nsrcs " << nsrcs << " count " << count << " ways "
                     << static_cast<int>(a) << "/" << static_cast<int>(b);
-                ASSERT_TRUE(std::equal(want.begin(), want.end(), two.begin() + static_cast<long>((shift + 1) * elem)))
-                    << dataTypeName(type) << " both, second, nsrcs " << nsrcs << " count " << count << " ways "
-                    << static_cast<int>(a) << "/" << static_cast<int>(b);
+                ASSERT_TRUE(
+                    std::equal(want.begin(), want.end(), two.begin() + static_cast<long>((shift + 1) * elem)))
+                    << dataTypeName(type) << " both, second, nsrcs " << nsrcs << " count " << count
+                    << " ways " << static_cast<int>(a) << "/" << static_cast<int>(b);
               }
             }
             std::vector<unsigned char> other(count * elem);
-            reduceToBoth(other.data(), CopyMode::Streaming, bufs.back().data(), CopyMode::Handoff, srcs.data(), nsrcs,
-                         count, type, op, divisor);
+            reduceToBoth(other.data(), CopyMode::Streaming, bufs.back().data(), CopyMode::Handoff,
+                         srcs.data(), nsrcs, count, type, op, divisor);
             ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place, nsrcs " << nsrcs;
             ASSERT_EQ(other, want) << dataTypeName(type) << " both, beside in place, nsrcs " << nsrcs;
             bufs.back() = last;
-            reduceToBoth(bufs.back().data(), CopyMode::Cached, other.data(), CopyMode::Cached, srcs.data(), nsrcs,
-                         count, type, op, divisor);
+            reduceToBoth(bufs.back().data(), CopyMode::Cached, other.data(), CopyMode::Cached, srcs.data(),
+                         nsrcs, count, type, op, divisor);
             ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place first, nsrcs " << nsrcs;
             bufs.back() = last;
           }
