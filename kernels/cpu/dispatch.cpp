@@ -156,56 +156,23 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
   activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
 }
 
-void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
-            int avgDivisor, CopyMode store) {
-  checkReduce(nsrcs, type, op);
-  constexpr size_t kBounceBytes = 16 * 1024;
-  constexpr size_t kPage = 4096;
-  const size_t elem = dataTypeSize(type);
-  const KernelImpl& k = activeKernels();
-  const bool bounced =
-      store == CopyMode::Handoff || (store == CopyMode::Streaming && count * elem > kBounceBytes);
-  if (!bounced) {
-    if (count != 0) k.reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
-    return;
-  }
-  const unsigned pages = streamPages();
-  // A block at a time into `bounce` (in L1), then out. Each block reads the sources at its offset
-  // before dst is written there, so a dst that is one of the sources works as in reduce(). For
-  // Handoff the bounce sits at dst's offset within a page: memcpy's `rep movsb` slows down where
-  // the destination lies a few bytes past the source modulo 4 KiB.
-  const size_t blockElems = kBounceBytes / elem;
-  alignas(kPage) std::byte area[kBounceBytes + kPage];
-  std::byte* bounce =
-      store == CopyMode::Handoff ? area + (reinterpret_cast<uintptr_t>(dst) & (kPage - 1)) : area;
-  constexpr int kInline = 64;
-  const void* inlineSrcs[kInline];
-  std::vector<const void*> manySrcs(nsrcs > kInline ? static_cast<size_t>(nsrcs) : 0);
-  const void** moved = nsrcs > kInline ? manySrcs.data() : inlineSrcs;
-  for (size_t off = 0; off < count; off += blockElems) {
-    const size_t m = std::min(blockElems, count - off);
-    for (int i = 0; i < nsrcs; ++i) moved[i] = static_cast<const std::byte*>(srcs[i]) + off * elem;
-    k.reduce(bounce, moved, nsrcs, m, type, op, avgDivisor);
-    std::byte* out = static_cast<std::byte*>(dst) + off * elem;
-    if (store == CopyMode::Handoff) {
-      std::memcpy(out, bounce, m * elem);
-    } else {
-      k.streamCopy(out, bounce, m * elem, pages);
-    }
-  }
-}
+namespace {
 
-void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
-                  int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor) {
-  checkReduce(nsrcs, type, op);
+// A block of at most 16 KiB of output at a time reduced into a buffer in L1, then written to dst
+// as copy(..., store) writes, and to `also` (when not null) as copy(..., alsoStore). Each block
+// reads the sources at its offset before a destination is written there, so a destination that is
+// one of the sources works as in reduce(). The buffer sits at the page offset of the destination
+// memcpy writes (Handoff), if any: `rep movsb` slows down where its destination lies a few bytes
+// past its source modulo 4 KiB; vector lines (Cached) and streaming stores do not care.
+void reduceThroughL1(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
+                     int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor) {
   constexpr size_t kBounceBytes = 16 * 1024;
   constexpr size_t kPage = 4096;
   const size_t elem = dataTypeSize(type);
   const KernelImpl& k = activeKernels();
-  // The buffer sits at the page offset of the destination memcpy writes (Handoff), if either:
-  // `rep movsb` slows down where its destination lies a few bytes past its source modulo 4 KiB;
-  // the other copy is by vector lines (Cached) or streaming, which do not care.
-  const void* memcpyDst = store == CopyMode::Handoff ? dst : alsoStore == CopyMode::Handoff ? also : nullptr;
+  const void* memcpyDst = store == CopyMode::Handoff                 ? dst
+                          : (also && alsoStore == CopyMode::Handoff) ? also
+                                                                     : nullptr;
   alignas(kPage) std::byte area[kBounceBytes + kPage];
   std::byte* bounce = area + (reinterpret_cast<uintptr_t>(memcpyDst) & (kPage - 1));
   const size_t blockElems = kBounceBytes / elem;
@@ -213,14 +180,34 @@ void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, con
   const void* inlineSrcs[kInline];
   std::vector<const void*> manySrcs(nsrcs > kInline ? static_cast<size_t>(nsrcs) : 0);
   const void** moved = nsrcs > kInline ? manySrcs.data() : inlineSrcs;
-  // Each block reads the sources at its offset before either destination is written there.
   for (size_t off = 0; off < count; off += blockElems) {
     const size_t m = std::min(blockElems, count - off);
     for (int i = 0; i < nsrcs; ++i) moved[i] = static_cast<const std::byte*>(srcs[i]) + off * elem;
     k.reduce(bounce, moved, nsrcs, m, type, op, avgDivisor);
     copy(static_cast<std::byte*>(dst) + off * elem, bounce, m * elem, store);
-    copy(static_cast<std::byte*>(also) + off * elem, bounce, m * elem, alsoStore);
+    if (also) copy(static_cast<std::byte*>(also) + off * elem, bounce, m * elem, alsoStore);
   }
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
+            int avgDivisor, CopyMode store) {
+  checkReduce(nsrcs, type, op);
+  constexpr size_t kBounceBytes = 16 * 1024;
+  const bool bounced = store == CopyMode::Handoff ||
+                       (store == CopyMode::Streaming && count * dataTypeSize(type) > kBounceBytes);
+  if (!bounced) {
+    if (count != 0) activeKernels().reduce(dst, srcs, nsrcs, count, type, op, avgDivisor);
+    return;
+  }
+  reduceThroughL1(dst, store, nullptr, store, srcs, nsrcs, count, type, op, avgDivisor);
+}
+
+void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
+                  int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor) {
+  checkReduce(nsrcs, type, op);
+  reduceThroughL1(dst, store, also, alsoStore, srcs, nsrcs, count, type, op, avgDivisor);
 }
 
 void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
