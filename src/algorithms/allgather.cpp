@@ -31,7 +31,7 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (timed && !started) {
@@ -40,8 +40,8 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
         }
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
-          kernels::copy(at(op.recv, static_cast<size_t>(k) * op.count + off, elem), shm.stageAt(k, place),
-                        ce * elem, store);
+          copyStaged(ctx, k, at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
+                     shm.stageAt(k, place), ce * elem, store);
         }
       },
       // Short calls are packed through the whole staging area (stagingPacks), blocks of up to

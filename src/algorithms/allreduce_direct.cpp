@@ -107,9 +107,8 @@ void allReduceStaged(Context& ctx, const Op& op) {
   // Peers need every slice of a chunk but this rank's own, which it reduces from its input.
   auto stage = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
-    stageCopy(writes, shm.stageAt(me, c.at), at(op.send, c.off, elem), so * elem);
-    stageCopy(writes, shm.stageAt(me, c.at) + end * elem, at(op.send, c.off + end, elem),
-              (c.ce - end) * elem);
+    stageCopy(ctx, shm.stageAt(me, c.at), at(op.send, c.off, elem), so * elem);
+    stageCopy(ctx, shm.stageAt(me, c.at) + end * elem, at(op.send, c.off + end, elem), (c.ce - end) * elem);
   };
   // This rank's slice, from its input and what the peers staged, into the same place of its slot,
   // whose lines the peers read last (they copied a chunk out of it), and into its output: each
@@ -136,7 +135,14 @@ void allReduceStaged(Context& ctx, const Op& op) {
     else
       kernels::reduce(shm.stageAt(me, c.at) + so * elem, srcs.data(), n, end - so, op.type, op.op,
                       avgDivisor(op, n), how);
-    if (timed) writes.record(how, outBytes, nsSince(start));
+    if (!timed) return;
+    const uint64_t ns = nsSince(start);
+    writes.record(how, outBytes, ns);
+    // The same time as a read of the peers' staged slices, where they all wrote them one way.
+    int streamed = 0;
+    for (int k = 0; k < n; ++k) streamed += k != me && shm.stagedStreaming(k);
+    if (streamed == 0 || streamed == n - 1)
+      writes.recordRead(streamed != 0, static_cast<size_t>(n - 1) * outBytes, ns, true);
   };
   // The peers' slices, and this rank's own where the reduction did not write it to the output.
   auto copyOut = [&](const Chunk& c) {

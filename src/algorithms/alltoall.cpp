@@ -39,7 +39,8 @@ void allToAllDirect(Context& ctx, const Op& op) {
         for (int k = 0; k < n; ++k) {
           void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);
           if (k != me) {
-            kernels::copy(to, shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
+            copyStaged(ctx, k, to, shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem,
+                       store);
           } else if (op.send != op.recv) {  // this rank's own block goes straight from its input
             kernels::copy(to, at(op.send, static_cast<size_t>(me) * op.count + off, elem), ce * elem, store);
           }

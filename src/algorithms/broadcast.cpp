@@ -27,12 +27,11 @@ void broadcastDirect(Context& ctx, const Op& op) {
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        if (me == op.root)
-          stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        if (me == op.root) stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (me != op.root)
-          kernels::copy(at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
+          copyStaged(ctx, op.root, at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
       },
       true,                         // short calls are packed through the whole staging area (stagingPacks)
       [&](size_t off, size_t ce) {  // the root's own copy, while the others arrive

@@ -93,13 +93,31 @@ inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
 
 /// Copies `bytes` of this rank's input into its staging area at `dst`, whose lines the peers read
 /// last: with plain or streaming stores, whichever this rank has timed faster
-/// (engine/staging_writes.hpp; both give the same bytes).
-inline void stageCopy(engine::StagingWrites& writes, std::byte* dst, const void* src, size_t bytes) {
+/// (engine/staging_writes.hpp; both give the same bytes), and says which to the peers
+/// (transport::ShmGroup::publishStagedStreaming), which time their reads of it by that.
+inline void stageCopy(Context& ctx, std::byte* dst, const void* src, size_t bytes) {
+  engine::StagingWrites& writes = shared(ctx).stagingWrites();
   const kernels::CopyMode how = writes.nextCopy(bytes);
   if (!writes.copyTimed(bytes)) return kernels::copy(dst, src, bytes, how);
+  shared(ctx).group().publishStagedStreaming(how == kernels::CopyMode::Streaming);
   const auto start = std::chrono::steady_clock::now();
   kernels::copy(dst, src, bytes, how);
   writes.recordCopy(how, bytes, nsSince(start));
+}
+
+/// Copies `bytes` of peer `k`'s staging area at `src` (a block it staged with stageCopy) to
+/// `dst` with `store`'s stores; where the copies into staging are timed, the read is timed too
+/// (StagingWrites::readTimed says which), against how the peer wrote the block
+/// (StagingWrites::recordRead).
+inline void copyStaged(Context& ctx, int k, void* dst, const std::byte* src, size_t bytes,
+                       kernels::CopyMode store) {
+  engine::StagingWrites& writes = shared(ctx).stagingWrites();
+  if (!writes.copyTimed(bytes)) return kernels::copy(dst, src, bytes, store);
+  const bool streamed = shared(ctx).group().stagedStreaming(k);
+  if (!writes.readTimed(streamed, bytes)) return kernels::copy(dst, src, bytes, store);
+  const auto start = std::chrono::steady_clock::now();
+  kernels::copy(dst, src, bytes, store);
+  writes.recordRead(streamed, bytes, nsSince(start));
 }
 
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed
@@ -111,8 +129,7 @@ inline void stageBlocks(Context& ctx, size_t place, const void* send, size_t cou
   std::byte* mine = shm.stageAt(shm.rank(), place);
   for (size_t j = 0; j < static_cast<size_t>(shm.size()); ++j) {
     if (static_cast<int>(j) == skip) continue;
-    stageCopy(shared(ctx).stagingWrites(), mine + j * ce * elemSize, at(send, j * count + off, elemSize),
-              ce * elemSize);
+    stageCopy(ctx, mine + j * ce * elemSize, at(send, j * count + off, elemSize), ce * elemSize);
   }
 }
 

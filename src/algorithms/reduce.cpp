@@ -17,7 +17,7 @@ void reduceDirect(Context& ctx, const Op& op) {
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        stageCopy(shared(ctx).stagingWrites(), shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (me != op.root) return;

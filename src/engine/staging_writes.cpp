@@ -1,6 +1,9 @@
 // How reductions into the staging area are written (see staging_writes.hpp).
 #include "engine/staging_writes.hpp"
 
+#include <algorithm>
+#include <bit>
+
 #include "base/config.hpp"
 #include "base/log.hpp"
 
@@ -49,14 +52,66 @@ void StagingWrites::recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns
   const bool wasWarm = copies_.warm();
   const int before = copies_.current();
   const bool streaming = mode == kernels::CopyMode::Streaming;
-  copies_.record(streaming ? kStreaming : kPlain, static_cast<double>(ns) * 1024.0 /
-                                                      static_cast<double>(bytes) *
-                                                      (streaming ? kStreamingReadFactor : 1.0));
+  double cost = static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes);
+  const double penalty = readPenaltyNsPerKiB(bytes);
+  if (streaming) cost = penalty >= 0 ? cost + penalty : cost * kStreamingReadFactor;
+  copies_.record(streaming ? kStreaming : kPlain, cost);
   if (copies_.warm() && (!wasWarm || copies_.current() != before)) {
     logInfo(Subsys::Tuning, "copies into staging: ", copies_.current() == kStreaming ? "streaming" : "plain",
             " stores (this rank's estimates: plain ", static_cast<uint64_t>(copies_.cost(kPlain)),
-            " ns/KiB, streaming ", static_cast<uint64_t>(copies_.cost(kStreaming)), ")");
+            " ns/KiB, streaming ", static_cast<uint64_t>(copies_.cost(kStreaming)),
+            penalty >= 0 ? strCat(" with the readers' ", static_cast<uint64_t>(penalty), " ns/KiB more")
+                         : std::string(" counted 1.5x for the readers"),
+            ")");
   }
+}
+
+int StagingWrites::readClass(size_t bytes) {
+  if (bytes < kTimedBytes) return -1;
+  const int c = std::bit_width(bytes / kTimedBytes) - 1;
+  return c < kReadClasses ? c : kReadClasses - 1;
+}
+
+bool StagingWrites::readTimed(bool streamed, size_t bytes) {
+  const int c = readClass(bytes);
+  if (c < 0 || copyPolicy_ != CopyPolicy::Auto) return false;
+  const bool changed = streamed != lastReadStreamed_;
+  lastReadStreamed_ = streamed;
+  const int way = streamed ? kStreaming : kPlain;
+  if (changed || reads_[0][c].samples[way] < TimedChoice::kWarmUp || ++readsUntimed_ >= kReadSample) {
+    readsUntimed_ = 0;
+    return true;
+  }
+  return false;
+}
+
+void StagingWrites::recordRead(bool streamed, size_t bytes, uint64_t ns, bool reduction) {
+  const int c = readClass(bytes);
+  if (c < 0 || copyPolicy_ != CopyPolicy::Auto) return;
+  ReadCost& r = reads_[reduction ? 1 : 0][c];
+  const int way = streamed ? kStreaming : kPlain;
+  const double cost = static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes);
+  double& estimate = r.nsPerKiB[way];
+  // As TimedChoice's estimates: the least of the first samples, then half way to each new one,
+  // a sample far above (a descheduled reader) counting as twice the estimate.
+  if (r.samples[way]++ < TimedChoice::kWarmUp)
+    estimate = r.samples[way] == 1 ? cost : std::min(estimate, cost);
+  else
+    estimate += (std::min(cost, 2 * estimate) - estimate) / 2;
+}
+
+double StagingWrites::readPenaltyNsPerKiB(size_t bytes) const {
+  const int c = readClass(bytes);
+  if (c < 0) return -1;
+  double sum = 0;
+  int kinds = 0;
+  for (const ReadCost* byClass : reads_) {
+    const ReadCost& r = byClass[c];
+    if (r.samples[kPlain] == 0 || r.samples[kStreaming] == 0) continue;
+    sum += std::max(0.0, r.nsPerKiB[kStreaming] - r.nsPerKiB[kPlain]);
+    ++kinds;
+  }
+  return kinds ? sum / kinds : -1;
 }
 
 StagingWrites::Policy stagingWritesPolicy() {

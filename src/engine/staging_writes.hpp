@@ -33,8 +33,16 @@ class StagingWrites {
   /// Writes of less than this are not timed (too short to tell) and use plain stores.
   static constexpr size_t kTimedBytes = 16 * 1024;
   /// The peers read streamed lines from memory, plain ones from a cache, and the writer's clock
-  /// sees none of that: its timings of streaming copies count this much more.
+  /// sees none of that: a streaming copy's time counts what the readers pay more for it, as this
+  /// rank measures reading its peers' blocks (recordRead: each rank reads its peers' blocks as
+  /// they read its own), and until that is measured in the copy's size class, this much more.
   static constexpr double kStreamingReadFactor = 1.5;
+  /// Size classes of the reads' measurements: powers of two from kTimedBytes up, the last one
+  /// open-ended.
+  static constexpr int kReadClasses = 14;
+  /// Reads of blocks written the same way as the read before are timed one in this many (a timing
+  /// costs two clock reads, ~2% of a 16 KiB copy).
+  static constexpr uint32_t kReadSample = 8;
   /// The timing's constants (TimedChoice): warm-up runs each way, the exploration period, the
   /// margin for a switch.
   static constexpr uint32_t kWarmUp = TimedChoice::kWarmUp;
@@ -61,6 +69,22 @@ class StagingWrites {
   bool copyTimed(size_t bytes) const { return copyPolicy_ == CopyPolicy::Auto && bytes >= kTimedBytes; }
   /// The copy that nextCopy() answered `mode` for took `ns` nanoseconds to write `bytes`.
   void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns);
+  /// Whether to time the next read of `bytes` out of a peer's staging area, written `streamed`
+  /// or not: where the copies are timed, a read of a block written the other way than the read
+  /// before (one of a peer's tries), its way's first kWarmUp, and one in kReadSample of the rest.
+  bool readTimed(bool streamed, size_t bytes);
+  /// A read of `bytes` out of a peer's staging area (a copy, or a reduction's share of it) took
+  /// `ns`, the peer having written that block with streaming stores or not
+  /// (transport::ShmGroup::stagedStreaming). Reads shorter than kTimedBytes are not kept.
+  /// `reduction`: the read was a reduction's (the block and this rank's input reduced together),
+  /// whose time per KiB is measured apart from the copies' (only each one's two ways compare).
+  void recordRead(bool streamed, size_t bytes, uint64_t ns, bool reduction = false);
+  /// Nanoseconds per KiB a reader of a block of `bytes` pays more where it was streamed than
+  /// where it was written plain (0 if less), as this rank has measured (the mean of its copies'
+  /// and its reductions' where it has both); -1 until it has read blocks of that size class both
+  /// ways.
+  double readPenaltyNsPerKiB(size_t bytes) const;
+
   /// Whether the copies stream, once warm (explorations aside), or are forced to.
   bool copiesStream() const {
     return copyPolicy_ == CopyPolicy::Streaming ||
@@ -87,6 +111,14 @@ class StagingWrites {
   CopyPolicy copyPolicy_;
   TimedChoice choice_{kStores};  // the reductions, ns per KiB written
   TimedChoice copies_{kPlain};   // the copies, ns per KiB written
+  struct ReadCost {
+    double nsPerKiB[2] = {0, 0};  // by the block's way: kPlain, kStreaming
+    uint32_t samples[2] = {0, 0};
+  };
+  ReadCost reads_[2][kReadClasses];  // copies, reductions
+  bool lastReadStreamed_ = false;
+  uint32_t readsUntimed_ = 0;
+  static int readClass(size_t bytes);
 };
 
 /// CHORUS_STAGE_WRITE's policy (envConfig()).

@@ -51,6 +51,9 @@ struct ShmGroup::Header {
   uint64_t fifoBytes;
   uint64_t stageBytes;
   alignas(64) std::atomic<uint64_t> syncFlag;
+  // In the flag's line, which a peer has just read when it reads this: 1 where this rank's last
+  // copy into its staging area streamed (publishStagedStreaming).
+  std::atomic<uint32_t> stagedStreaming;
   alignas(64) std::atomic<uint64_t> progress;  // written per collective; read on timeouts only
   std::atomic<int32_t> progressKind;
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
@@ -287,6 +290,17 @@ uint64_t ShmGroup::syncFlag(int r, uint16_t* call) const {
   const uint64_t word = header(r)->syncFlag.load(std::memory_order_acquire);
   if (call) *call = static_cast<uint16_t>(word);
   return word >> 16;
+}
+
+void ShmGroup::publishStagedStreaming(bool streaming) {
+  std::atomic<uint32_t>& word = header(rank_)->stagedStreaming;
+  const uint32_t v = streaming ? 1 : 0;
+  // Stored only when it changes: the peers poll this line for the flag.
+  if (word.load(std::memory_order_relaxed) != v) word.store(v, std::memory_order_relaxed);
+}
+
+bool ShmGroup::stagedStreaming(int r) const {
+  return header(r)->stagedStreaming.load(std::memory_order_relaxed) != 0;
 }
 
 void ShmGroup::publishProgress(uint64_t seq, int kind, bool done) {

@@ -135,6 +135,13 @@ class ShmGroup final : public Transport {
   void setSyncFlag(uint64_t value, uint16_t call);
   /// Reads rank r's sync counter (acquire), and the tag published with it into `*call`.
   uint64_t syncFlag(int r, uint16_t* call = nullptr) const;
+  /// How this rank wrote what it last copied into its staging area: with streaming stores or not.
+  /// Published before the synchronisation after which the peers read it, so that a peer can tell
+  /// what its reads of that block cost by how the block was written (engine::StagingWrites). A
+  /// peer that reads it late may see the next block's way: a hint for timing, never for results.
+  void publishStagedStreaming(bool streaming);
+  /// Rank `r`'s last publishStagedStreaming().
+  bool stagedStreaming(int r) const;
 
   /// Publishes which collective this rank is in (`done` false) or has finished (true). Peers read
   /// it only to report where every rank is when something times out.

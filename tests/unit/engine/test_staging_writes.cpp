@@ -2,8 +2,8 @@
 // made-up timings: it tries both ways, settles on the faster, tries the other from time to time,
 // follows a change of which is faster within a few samples, shrugs off one descheduled sample,
 // never times small writes, and the forced policies (CHORUS_STAGE_WRITE, CHORUS_STAGE_COPY) never
-// change. Copies stream only where their writes are faster by more than the readers then pay, and
-// the reductions stream while the copies do.
+// change. Copies stream only where their writes are faster by more than the readers then pay (as
+// the readers measure it, or 1.5x until they have), and the reductions stream while the copies do.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -155,6 +155,104 @@ TEST(StagingCopies, StreamOnlyWhereTheWritesGainMoreThanTheReadersPay) {
                    [](CopyMode m) { return m == CopyMode::Streaming ? 900 : 1000; });
   EXPECT_FALSE(near.copiesStream());
   EXPECT_GE(count(ways, CopyMode::Cached, 2 * StagingWrites::kWarmUp), 4 * StagingWrites::kExplore - 2);
+}
+
+TEST(StagingCopies, TheReadersMeasuredShareReplacesTheFactor) {
+  StagingWrites w;
+  const double perKiB = 1024.0 / kBytes;
+  EXPECT_EQ(w.readPenaltyNsPerKiB(kBytes), -1);
+  // Plain blocks read, streamed ones not yet: still unknown.
+  w.recordRead(false, kBytes, 1000);
+  EXPECT_EQ(w.readPenaltyNsPerKiB(kBytes), -1);
+  w.recordRead(true, kBytes, 3000);
+  EXPECT_NEAR(w.readPenaltyNsPerKiB(kBytes), 2000 * perKiB, 1e-9);
+  // By size class: powers of two from kTimedBytes; nothing below it is kept.
+  EXPECT_NEAR(w.readPenaltyNsPerKiB(kBytes + kBytes / 2), 2000 * perKiB, 1e-9);
+  EXPECT_EQ(w.readPenaltyNsPerKiB(2 * kBytes), -1);
+  EXPECT_EQ(w.readPenaltyNsPerKiB(kBytes / 2), -1);
+  w.recordRead(false, StagingWrites::kTimedBytes - 1, 10);
+  w.recordRead(true, StagingWrites::kTimedBytes - 1, 100000);
+  EXPECT_EQ(w.readPenaltyNsPerKiB(StagingWrites::kTimedBytes - 1), -1);
+  // The first samples' least is the estimate; then each moves it half way.
+  w.recordRead(true, kBytes, 2000);  // second sample: the least, 2000
+  EXPECT_NEAR(w.readPenaltyNsPerKiB(kBytes), 1000 * perKiB, 1e-9);
+  w.recordRead(true, kBytes, 4000);  // 2000 + (4000 - 2000) / 2
+  EXPECT_NEAR(w.readPenaltyNsPerKiB(kBytes), 2000 * perKiB, 1e-9);
+  // Streamed blocks read faster than plain ones count as no penalty.
+  StagingWrites faster;
+  faster.recordRead(false, kBytes, 3000);
+  faster.recordRead(true, kBytes, 1000);
+  EXPECT_EQ(faster.readPenaltyNsPerKiB(kBytes), 0);
+  // A streaming copy's time counts the measured share, not the factor.
+  StagingWrites copies;
+  copies.recordRead(false, kBytes, 1000);
+  copies.recordRead(true, kBytes, 4000);
+  copies.recordCopy(CopyMode::Streaming, kBytes, 1000);
+  EXPECT_NEAR(copies.streamingCopyNsPerKiB(), (1000 + 3000) * perKiB, 1e-9);
+  copies.recordCopy(CopyMode::Cached, kBytes, 2000);
+  EXPECT_NEAR(copies.plainCopyNsPerKiB(), 2000 * perKiB, 1e-9);
+  // Reductions' reads are compared among themselves only, and averaged with the copies'.
+  StagingWrites mixed;
+  mixed.recordRead(false, kBytes, 1000);       // a copy
+  mixed.recordRead(true, kBytes, 9000, true);  // a reduction
+  EXPECT_EQ(mixed.readPenaltyNsPerKiB(kBytes), -1);
+  mixed.recordRead(false, kBytes, 5000, true);
+  EXPECT_NEAR(mixed.readPenaltyNsPerKiB(kBytes), 4000 * perKiB, 1e-9);
+  mixed.recordRead(true, kBytes, 3000);
+  EXPECT_NEAR(mixed.readPenaltyNsPerKiB(kBytes), (4000 + 2000) / 2.0 * perKiB, 1e-9);
+  // Fixed copies are not timed, and neither are the reads.
+  StagingWrites fixed(StagingWrites::Policy::Auto, StagingWrites::CopyPolicy::Plain);
+  fixed.recordRead(false, kBytes, 1000);
+  fixed.recordRead(true, kBytes, 4000);
+  EXPECT_EQ(fixed.readPenaltyNsPerKiB(kBytes), -1);
+}
+
+TEST(StagingCopies, ReadsAreTimedAtThePeersTriesAndOneInEightOtherwise) {
+  StagingWrites w;
+  EXPECT_FALSE(w.readTimed(false, StagingWrites::kTimedBytes - 1));  // too short to tell
+  // The first kWarmUp plain reads, then one in kReadSample.
+  int timed = 0;
+  for (int i = 0; i < 2 + 8 * static_cast<int>(StagingWrites::kReadSample); ++i) {
+    if (!w.readTimed(false, kBytes)) continue;
+    ++timed;
+    w.recordRead(false, kBytes, 1000);
+  }
+  EXPECT_EQ(timed, 2 + 8);
+  // A block streamed (a peer's try) is timed, and so is the plain one after it.
+  EXPECT_TRUE(w.readTimed(true, kBytes));
+  EXPECT_TRUE(w.readTimed(false, kBytes));
+  EXPECT_FALSE(w.readTimed(false, kBytes));
+  // Where the copies are fixed, nothing is.
+  StagingWrites fixed(StagingWrites::Policy::Auto, StagingWrites::CopyPolicy::Streaming);
+  EXPECT_FALSE(fixed.readTimed(true, kBytes));
+  EXPECT_FALSE(fixed.readTimed(false, kBytes));
+}
+
+TEST(StagingCopies, WritesCheaperForTheWriterStayPlainWhereTheReadersPayMore) {
+  // The near placement of 2026-12-07 (2 ranks, 16 KiB blocks): a streaming copy cost its writer
+  // ~0.6 of a plain one, which the factor of 1.5 let through, and its reader ~2x as much again.
+  auto copyCost = [](CopyMode m) { return m == CopyMode::Streaming ? 600 : 1000; };
+  StagingWrites unmeasured;
+  runCopies(unmeasured, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore, copyCost);
+  EXPECT_TRUE(unmeasured.copiesStream());  // 600 x 1.5 < 1000
+  StagingWrites measured;
+  for (int i = 0; i < 4; ++i) {
+    measured.recordRead(false, kBytes, 1000);
+    measured.recordRead(true, kBytes, 2300);
+  }
+  auto ways = runCopies(measured, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore, copyCost);
+  EXPECT_FALSE(measured.copiesStream());  // 600 + 1300 > 1000
+  EXPECT_GE(count(ways, CopyMode::Cached, 2 * StagingWrites::kWarmUp), 4 * StagingWrites::kExplore - 2);
+  // The far placement: plain copies take every line back from the other complex, 6x streaming's
+  // time: streaming, readers' share and all.
+  StagingWrites far;
+  for (int i = 0; i < 4; ++i) {
+    far.recordRead(false, kBytes, 1000);
+    far.recordRead(true, kBytes, 2300);
+  }
+  runCopies(far, 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore,
+            [](CopyMode m) { return m == CopyMode::Streaming ? 600 : 4000; });
+  EXPECT_TRUE(far.copiesStream());
 }
 
 TEST(StagingCopies, ReductionsStreamWhileTheCopiesDo) {
