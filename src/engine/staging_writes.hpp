@@ -10,8 +10,11 @@
 // A VM's host may move its vCPUs between the two while a job runs, so each rank times its own
 // writes each way and uses the faster, trying the other now and then: the copies plain or
 // streaming; the reductions streaming wherever the copies stream, else by the kernel's stores or
-// a block at a time through L1 and memcpy, timed apart. The results are the same bit for bit
-// either way, so ranks need not agree (TimedChoice does the timing).
+// a block at a time through L1 and memcpy, timed apart. A streaming copy's readers fetch its lines
+// from memory, which the writer's clock does not see: each rank also times its reads of its peers'
+// blocks by how they were written, and counts that difference with its own streaming copies'
+// time. The results are the same bit for bit either way, so ranks need not agree (TimedChoice
+// does the timing).
 #pragma once
 
 #include <cstddef>
@@ -41,7 +44,7 @@ class StagingWrites {
   /// open-ended.
   static constexpr int kReadClasses = 14;
   /// Reads of blocks written the same way as the read before are timed one in this many (a timing
-  /// costs two clock reads, ~2% of a 16 KiB copy).
+  /// costs two clock reads, ~50 ns: a tenth of a 16 KiB copy's time).
   static constexpr uint32_t kReadSample = 8;
   /// The timing's constants (TimedChoice): warm-up runs each way, the exploration period, the
   /// margin for a switch.
