@@ -142,7 +142,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
     int streamed = 0;
     for (int k = 0; k < n; ++k) streamed += k != me && shm.stagedStreaming(k);
     if (streamed == 0 || streamed == n - 1)
-      writes.recordRead(streamed != 0, static_cast<size_t>(n - 1) * outBytes, ns, true);
+      recordStagedRead(ctx, streamed != 0, static_cast<size_t>(n - 1) * outBytes, ns, true);
   };
   // The peers' slices, and this rank's own where the reduction did not write it to the output.
   auto copyOut = [&](const Chunk& c) {

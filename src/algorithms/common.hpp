@@ -94,15 +94,47 @@ inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
 /// Copies `bytes` of this rank's input into its staging area at `dst`, whose lines the peers read
 /// last: with plain or streaming stores, whichever this rank has timed faster
 /// (engine/staging_writes.hpp; both give the same bytes), and says which to the peers
-/// (transport::ShmGroup::publishStagedStreaming), which time their reads of it by that.
+/// (transport::ShmGroup::publishStagedStreaming), which time their reads of it by that and
+/// publish what a streamed block costs them more (recordStagedRead), which a streaming copy's
+/// time then counts.
 inline void stageCopy(Context& ctx, std::byte* dst, const void* src, size_t bytes) {
   engine::StagingWrites& writes = shared(ctx).stagingWrites();
   const kernels::CopyMode how = writes.nextCopy(bytes);
   if (!writes.copyTimed(bytes)) return kernels::copy(dst, src, bytes, how);
-  shared(ctx).group().publishStagedStreaming(how == kernels::CopyMode::Streaming);
+  transport::ShmGroup& shm = shared(ctx).group();
+  const bool streaming = how == kernels::CopyMode::Streaming;
+  shm.publishStagedStreaming(streaming);
   const auto start = std::chrono::steady_clock::now();
   kernels::copy(dst, src, bytes, how);
-  writes.recordCopy(how, bytes, nsSince(start));
+  const uint64_t ns = nsSince(start);
+  // A streaming copy counts what its readers published they pay more for it (the mean over the
+  // peers that did): the root of a broadcast reads nothing of its own to measure it by.
+  double readers = -1;
+  if (streaming) {
+    const int sizeClass = engine::StagingWrites::readClass(bytes);
+    double sum = 0;
+    int known = 0;
+    for (int k = 0; k < shm.size(); ++k) {
+      const double p = k == shm.rank() ? -1 : shm.readPenalty(k, sizeClass);
+      if (p >= 0) {
+        sum += p;
+        ++known;
+      }
+    }
+    if (known) readers = sum / known;
+  }
+  writes.recordCopy(how, bytes, ns, readers);
+}
+
+static_assert(engine::StagingWrites::kReadClasses <= transport::kReadPenaltyClasses);
+
+/// Records a timed read of `bytes` of the peers' staged blocks, written `streamed` or not, and
+/// publishes what this rank now measures a streamed block costs it more, for the peers' copies.
+inline void recordStagedRead(Context& ctx, bool streamed, size_t bytes, uint64_t ns, bool reduction) {
+  engine::StagingWrites& writes = shared(ctx).stagingWrites();
+  writes.recordRead(streamed, bytes, ns, reduction);
+  shared(ctx).group().publishReadPenalty(engine::StagingWrites::readClass(bytes),
+                                         writes.readPenaltyNsPerKiB(bytes));
 }
 
 /// Copies `bytes` of peer `k`'s staging area at `src` (a block it staged with stageCopy) to
@@ -117,7 +149,7 @@ inline void copyStaged(Context& ctx, int k, void* dst, const std::byte* src, siz
   if (!writes.readTimed(streamed, bytes)) return kernels::copy(dst, src, bytes, store);
   const auto start = std::chrono::steady_clock::now();
   kernels::copy(dst, src, bytes, store);
-  writes.recordRead(streamed, bytes, nsSince(start));
+  recordStagedRead(ctx, streamed, bytes, nsSince(start), false);
 }
 
 /// Stages elements [off, off+ce) of each of the n blocks (of `count` elements) of `send`, packed

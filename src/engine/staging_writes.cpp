@@ -47,13 +47,13 @@ kernels::CopyMode StagingWrites::nextCopy(size_t bytes) {
   return copies_.next() == kStreaming ? kernels::CopyMode::Streaming : kernels::CopyMode::Cached;
 }
 
-void StagingWrites::recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns) {
+void StagingWrites::recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty) {
   if (!copyTimed(bytes)) return;
   const bool wasWarm = copies_.warm();
   const int before = copies_.current();
   const bool streaming = mode == kernels::CopyMode::Streaming;
   double cost = static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes);
-  const double penalty = readPenaltyNsPerKiB(bytes);
+  const double penalty = readersPenalty >= 0 ? readersPenalty : readPenaltyNsPerKiB(bytes);
   if (streaming) cost = penalty >= 0 ? cost + penalty : cost * kStreamingReadFactor;
   copies_.record(streaming ? kStreaming : kPlain, cost);
   if (copies_.warm() && (!wasWarm || copies_.current() != before)) {

@@ -71,7 +71,10 @@ class StagingWrites {
   /// Whether a copy of `bytes` is timed (only then does recordCopy() take its time).
   bool copyTimed(size_t bytes) const { return copyPolicy_ == CopyPolicy::Auto && bytes >= kTimedBytes; }
   /// The copy that nextCopy() answered `mode` for took `ns` nanoseconds to write `bytes`.
-  void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns);
+  /// `readersPenalty`: what its readers published they pay more per KiB for a streamed block of
+  /// this size (the mean over them), or -1 where none has: a streaming copy's time counts that,
+  /// else this rank's own measure (readPenaltyNsPerKiB), else kStreamingReadFactor.
+  void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty = -1);
   /// Whether to time the next read of `bytes` out of a peer's staging area, written `streamed`
   /// or not: where the copies are timed, a read of a block written the other way than the read
   /// before (one of a peer's tries), its way's first kWarmUp, and one in kReadSample of the rest.
@@ -87,6 +90,9 @@ class StagingWrites {
   /// and its reductions' where it has both); -1 until it has read blocks of that size class both
   /// ways.
   double readPenaltyNsPerKiB(size_t bytes) const;
+  /// The size class of a block of `bytes` for the reads' measurements (0 to kReadClasses - 1), or
+  /// -1 below kTimedBytes.
+  static int readClass(size_t bytes);
 
   /// Whether the copies stream, once warm (explorations aside), or are forced to.
   bool copiesStream() const {
@@ -121,7 +127,6 @@ class StagingWrites {
   ReadCost reads_[2][kReadClasses];  // copies, reductions
   bool lastReadStreamed_ = false;
   uint32_t readsUntimed_ = 0;
-  static int readClass(size_t bytes);
 };
 
 /// CHORUS_STAGE_WRITE's policy (envConfig()).

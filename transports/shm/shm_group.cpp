@@ -54,6 +54,10 @@ struct ShmGroup::Header {
   // In the flag's line, which a peer has just read when it reads this: 1 where this rank's last
   // copy into its staging area streamed (publishStagedStreaming).
   std::atomic<uint32_t> stagedStreaming;
+  // What this rank measured it pays more to read a peer's streamed block than a plain one, by size
+  // class (publishReadPenalty): 1/16 ns per KiB plus one, 0 while unknown. Its own line, written by
+  // this rank now and then, read by the peers when they stream a copy.
+  alignas(64) std::atomic<uint32_t> readPenalty[kReadPenaltyClasses];
   alignas(64) std::atomic<uint64_t> progress;  // written per collective; read on timeouts only
   std::atomic<int32_t> progressKind;
   alignas(64) std::atomic<uint32_t> failCode;  // 0 = healthy; set once, after failText is written
@@ -301,6 +305,20 @@ void ShmGroup::publishStagedStreaming(bool streaming) {
 
 bool ShmGroup::stagedStreaming(int r) const {
   return header(r)->stagedStreaming.load(std::memory_order_relaxed) != 0;
+}
+
+void ShmGroup::publishReadPenalty(int sizeClass, double nsPerKiB) {
+  if (sizeClass < 0 || sizeClass >= kReadPenaltyClasses || !(nsPerKiB >= 0)) return;
+  const double fixed = std::min(nsPerKiB * 16.0, 4.0e9);
+  const uint32_t v = static_cast<uint32_t>(fixed) + 1;
+  std::atomic<uint32_t>& word = header(rank_)->readPenalty[sizeClass];
+  if (word.load(std::memory_order_relaxed) != v) word.store(v, std::memory_order_relaxed);
+}
+
+double ShmGroup::readPenalty(int r, int sizeClass) const {
+  if (sizeClass < 0 || sizeClass >= kReadPenaltyClasses) return -1;
+  const uint32_t v = header(r)->readPenalty[sizeClass].load(std::memory_order_relaxed);
+  return v == 0 ? -1 : static_cast<double>(v - 1) / 16.0;
 }
 
 void ShmGroup::publishProgress(uint64_t seq, int kind, bool done) {

@@ -2,7 +2,8 @@
 //
 // Every rank owns one segment, named after the communicator's random id and the rank, so two
 // communicators never share a flag or a buffer. A segment holds:
-//   - a header: the rank's sync counter (direct algorithms), and its failure notice;
+//   - a header: the rank's sync counter (direct algorithms), and its failure notice; how it wrote
+//     its last copy into staging, and what it measured reading its peers' streamed blocks;
 //   - two slots of low-latency lines: small payloads sent with a sequence number in the same
 //     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
@@ -45,6 +46,8 @@ struct CallFingerprint {
 
 /// Staging slots per rank, each of half the staging size: the segment holds twice the staging size.
 constexpr int kStageSlots = 4;
+/// Size classes of the read penalties a rank publishes (ShmGroup::publishReadPenalty).
+constexpr int kReadPenaltyClasses = 16;
 
 struct ShmGroupOptions {
   std::string jobTag;  // unique per communicator (hex of its random id)
@@ -142,6 +145,12 @@ class ShmGroup final : public Transport {
   void publishStagedStreaming(bool streaming);
   /// Rank `r`'s last publishStagedStreaming().
   bool stagedStreaming(int r) const;
+  /// What this rank measured it pays more per KiB to read a peer's block of size class `sizeClass`
+  /// (0 to kReadPenaltyClasses - 1) where the peer streamed it than where it wrote it plain, for
+  /// the peers that write what it reads (engine::StagingWrites); kept to 1/16 ns per KiB.
+  void publishReadPenalty(int sizeClass, double nsPerKiB);
+  /// Rank `r`'s last publishReadPenalty() for `sizeClass`, or -1 if it published none.
+  double readPenalty(int r, int sizeClass) const;
 
   /// Publishes which collective this rank is in (`done` false) or has finished (true). Peers read
   /// it only to report where every rank is when something times out.

@@ -191,6 +191,15 @@ TEST(StagingCopies, TheReadersMeasuredShareReplacesTheFactor) {
   EXPECT_NEAR(copies.streamingCopyNsPerKiB(), (1000 + 3000) * perKiB, 1e-9);
   copies.recordCopy(CopyMode::Cached, kBytes, 2000);
   EXPECT_NEAR(copies.plainCopyNsPerKiB(), 2000 * perKiB, 1e-9);
+  // What the readers published wins over this rank's own measure.
+  StagingWrites published;
+  published.recordRead(false, kBytes, 1000);
+  published.recordRead(true, kBytes, 4000);
+  published.recordCopy(CopyMode::Streaming, kBytes, 1000, 500 * perKiB);
+  EXPECT_NEAR(published.streamingCopyNsPerKiB(), (1000 + 500) * perKiB, 1e-9);
+  StagingWrites rootOnly;  // a broadcast's root: nothing read, the readers' figure only
+  rootOnly.recordCopy(CopyMode::Streaming, kBytes, 1000, 2000 * perKiB);
+  EXPECT_NEAR(rootOnly.streamingCopyNsPerKiB(), (1000 + 2000) * perKiB, 1e-9);
   // Reductions' reads are compared among themselves only, and averaged with the copies'.
   StagingWrites mixed;
   mixed.recordRead(false, kBytes, 1000);       // a copy

@@ -1,6 +1,6 @@
-// transport::ShmGroup's word that says how a rank last wrote into its staging area: two groups of
-// one job as ranks 0 and 1 on two threads (set-up is collective), each reading what the other
-// published.
+// transport::ShmGroup's words that say how a rank last wrote into its staging area and what
+// reading a streamed block costs it more: two groups of one job as ranks 0 and 1 on two threads
+// (set-up is collective), each reading what the other published.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -67,6 +67,28 @@ TEST(ShmGroup, StagedStreamingIsPublishedToThePeers) {
   EXPECT_EQ(p.g[0]->syncFlag(1, &call), 7u);
   EXPECT_EQ(call, 3);
   EXPECT_TRUE(p.g[0]->stagedStreaming(1));
+}
+
+TEST(ShmGroup, ReadPenaltiesArePublishedByClass) {
+  GroupPair p;
+  EXPECT_EQ(p.g[0]->readPenalty(1, 0), -1);  // none yet
+  p.g[1]->publishReadPenalty(3, 42.5);
+  EXPECT_EQ(p.g[0]->readPenalty(1, 3), 42.5);  // kept to 1/16 ns per KiB
+  EXPECT_EQ(p.g[0]->readPenalty(1, 2), -1);    // other classes still unknown
+  EXPECT_EQ(p.g[1]->readPenalty(0, 3), -1);    // and the other rank's own
+  p.g[1]->publishReadPenalty(3, 0);            // a penalty of nothing is known, not unknown
+  EXPECT_EQ(p.g[0]->readPenalty(1, 3), 0);
+  p.g[1]->publishReadPenalty(3, 7.03);
+  EXPECT_NEAR(p.g[0]->readPenalty(1, 3), 7.03, 1.0 / 16);
+  // Unknown or out of range: ignored.
+  p.g[1]->publishReadPenalty(3, -1);
+  p.g[1]->publishReadPenalty(kReadPenaltyClasses, 5);
+  p.g[1]->publishReadPenalty(-1, 5);
+  EXPECT_NEAR(p.g[0]->readPenalty(1, 3), 7.03, 1.0 / 16);
+  EXPECT_EQ(p.g[0]->readPenalty(1, kReadPenaltyClasses), -1);
+  EXPECT_EQ(p.g[0]->readPenalty(1, -1), -1);
+  p.g[1]->publishReadPenalty(kReadPenaltyClasses - 1, 1e12);  // clamped, not wrapped
+  EXPECT_GT(p.g[0]->readPenalty(1, kReadPenaltyClasses - 1), 1e8);
 }
 
 }  // namespace
