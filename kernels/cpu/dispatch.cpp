@@ -19,13 +19,15 @@ namespace chorus::kernels {
 
 namespace {
 
-constexpr KernelImpl kPortable{"portable", &portable::reduce, &portable::copy, &portable::streamCopy,
-                               &portable::cachedCopy};
-constexpr KernelImpl kAvx2{"avx2+f16c", &avx2::reduce, &avx2::copy, &avx2::streamCopy, &avx2::cachedCopy};
-constexpr KernelImpl kAvx512{"avx512", &avx512::reduce, &avx512::copy, &avx512::streamCopy,
-                             &avx512::cachedCopy};
-constexpr KernelImpl kAvx512Bf16{"avx512+bf16", &avx512bf16::reduce, &avx512bf16::copy,
-                                 &avx512bf16::streamCopy, &avx512bf16::cachedCopy};
+constexpr KernelImpl kPortable{
+    "portable",           &portable::reduce, &portable::copy, &portable::streamCopy, &portable::cachedCopy,
+    &portable::copyToBoth};
+constexpr KernelImpl kAvx2{"avx2+f16c",       &avx2::reduce,     &avx2::copy,
+                           &avx2::streamCopy, &avx2::cachedCopy, &avx2::copyToBoth};
+constexpr KernelImpl kAvx512{
+    "avx512", &avx512::reduce, &avx512::copy, &avx512::streamCopy, &avx512::cachedCopy, &avx512::copyToBoth};
+constexpr KernelImpl kAvx512Bf16{"avx512+bf16",           &avx512bf16::reduce,     &avx512bf16::copy,
+                                 &avx512bf16::streamCopy, &avx512bf16::cachedCopy, &avx512bf16::copyToBoth};
 
 // The levels in order; CHORUS_CPU_KERNELS names the highest one allowed.
 constexpr const char* kLevels[] = {"portable", "avx2", "avx512", "avx512bf16"};
@@ -223,6 +225,37 @@ void copy(void* dst, const void* src, size_t bytes, CopyMode mode) {
     case CopyMode::Streaming:
       return activeKernels().streamCopy(dst, src, bytes, streamPages());
   }
+}
+
+void copyToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  // Auto as copy() takes it: streaming from its threshold (kNonTemporalThreshold in reduce_impl.hpp).
+  constexpr size_t kAutoStreamingBytes = size_t{16} << 20;
+  const auto streams = [bytes](CopyMode m) {
+    return m == CopyMode::Streaming || (m == CopyMode::Auto && bytes >= kAutoStreamingBytes);
+  };
+  const bool streamDst = streams(store), streamAlso = streams(alsoStore);
+  const bool lineApart = ((reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(also)) & 63) != 0;
+  if (store == CopyMode::Handoff || alsoStore == CopyMode::Handoff ||
+      (streamDst && streamAlso && lineApart)) {
+    // memcpy's writes asked for, or two streaming destinations at different offsets within a
+    // line: copy() into each, a block at a time, the second reading the block from L1.
+    constexpr size_t kBlock = 16 * 1024;
+    const CopyMode d = streamDst                    ? CopyMode::Streaming
+                       : store == CopyMode::Handoff ? store
+                                                    : CopyMode::Cached;
+    const CopyMode a = streamAlso                       ? CopyMode::Streaming
+                       : alsoStore == CopyMode::Handoff ? alsoStore
+                                                        : CopyMode::Cached;
+    for (size_t off = 0; off < bytes; off += kBlock) {
+      const size_t m = std::min(kBlock, bytes - off);
+      copy(static_cast<std::byte*>(dst) + off, static_cast<const std::byte*>(src) + off, m, d);
+      copy(static_cast<std::byte*>(also) + off, static_cast<const std::byte*>(src) + off, m, a);
+    }
+    return;
+  }
+  if (streamAlso && !streamDst) return activeKernels().copyToBoth(also, true, dst, false, src, bytes);
+  activeKernels().copyToBoth(dst, streamDst, also, streamAlso, src, bytes);
 }
 
 const char* simdLevel() { return activeKernels().name; }

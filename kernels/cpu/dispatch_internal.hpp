@@ -13,6 +13,10 @@ using ReduceFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t 
                           ReduceOp op, int avgDivisor);
 /// `pages`: how many pages a streaming copy interleaves (1, 2, 4 or 8; streamPages()).
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes, unsigned pages);
+/// copyToBoth() of reduce.hpp with its stores decided: streaming into `a` where `streamA` (the
+/// dispatcher passes a streaming destination as `a`), into `b` where `streamB` (only with
+/// `streamA`, and b at a's offset within a 64-byte line), else through the cache.
+using CopyToBothFn = void (*)(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 
 /// One implementation of the kernels. Its functions take the arguments of reduce()/copy() in
 /// reduce.hpp but do not check them: nsrcs >= 1 and a known type and op are the caller's job.
@@ -22,6 +26,7 @@ struct KernelImpl {
   CopyFn copy;        // CopyMode::Auto
   CopyFn streamCopy;  // CopyMode::Streaming
   CopyFn cachedCopy;  // CopyMode::Cached and Handoff: memcpy, by vector lines at odd offsets
+  CopyToBothFn copyToBoth;
 };
 
 // The implementations themselves (reduce_portable.cpp, reduce_avx2.cpp, reduce_avx512.cpp,
@@ -32,6 +37,7 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void copyToBoth(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 }  // namespace portable
 namespace avx2 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
@@ -39,6 +45,7 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void copyToBoth(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 }  // namespace avx2
 namespace avx512 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
@@ -46,6 +53,7 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void copyToBoth(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 }  // namespace avx512
 namespace avx512bf16 {
 void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataType type, ReduceOp op,
@@ -53,6 +61,7 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void copyToBoth(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 }  // namespace avx512bf16
 
 /// Whether this CPU can run the AVX2 implementation (AVX2, F16C and FMA; x86 only).

@@ -62,6 +62,15 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
                   int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor);
 
+/// copy() into two destinations, each line of `src` loaded once: to `dst` as copy(..., store)
+/// writes it and to `also` as copy(..., alsoStore) (Cached and Auto below copy()'s threshold by
+/// the kernel's vector stores, whatever the offsets; Streaming with non-temporal stores; Handoff,
+/// and two streaming destinations at different offsets within a line, by copy() into each, 16 KiB
+/// at a time). For a block that goes both to this rank's output and to where its peers read it,
+/// such as a staged all-gather's own block: one read of the input where two copies would read it
+/// twice. dst, also and src must not overlap.
+void copyToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* src, size_t bytes);
+
 /// The implementation in use: "avx512+bf16", "avx512", "avx2+f16c" or "portable".
 const char* simdLevel();
 

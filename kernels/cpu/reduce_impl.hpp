@@ -82,6 +82,7 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 void copy(void* dst, const void* src, size_t bytes, unsigned pages);
 void streamCopy(void* dst, const void* src, size_t bytes, unsigned pages);
 void cachedCopy(void* dst, const void* src, size_t bytes, unsigned pages);
+void copyToBoth(void* a, bool streamA, void* b, bool streamB, const void* src, size_t bytes);
 
 namespace {
 
@@ -793,6 +794,87 @@ void cachedCopy(void* dstv, const void* srcv, size_t bytes, unsigned /*pages*/) 
   std::memcpy(d + body, s + body, bytes - body);
 #else
   if (bytes != 0) std::memcpy(dstv, srcv, bytes);
+#endif
+}
+
+#if defined(__SSE2__)
+namespace {
+
+// One 64-byte line of s to a (64-byte aligned) and to b, loaded once: streaming stores into a
+// where kStreamA, into b where kStreamB (b then 64-byte aligned too), else through the cache. In
+// 32-byte halves where there are 256-bit registers, as copyLine.
+template <bool kStreamA, bool kStreamB>
+inline void copyLineToBoth(unsigned char* a, unsigned char* b, const unsigned char* s) {
+#if CHORUS_KERNELS_VECTOR_AVX512 || CHORUS_KERNELS_VECTOR_AVX2
+  for (size_t h = 0; h < 64; h += 32) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + h));
+    if constexpr (kStreamA)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(a + h), x);
+    else
+      _mm256_store_si256(reinterpret_cast<__m256i*>(a + h), x);
+    if constexpr (kStreamB)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(b + h), x);
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b + h), x);
+  }
+#else
+  for (size_t h = 0; h < 64; h += 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + h));
+    if constexpr (kStreamA)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(a + h), x);
+    else
+      _mm_store_si128(reinterpret_cast<__m128i*>(a + h), x);
+    if constexpr (kStreamB)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(b + h), x);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(b + h), x);
+  }
+#endif
+}
+
+template <bool kStreamA, bool kStreamB>
+void copyBodyToBoth(unsigned char* a, unsigned char* b, const unsigned char* s, size_t body) {
+  size_t i = 0;
+  for (; i + 256 <= body; i += 256) {
+    for (size_t l = 0; l < 256; l += 64) copyLineToBoth<kStreamA, kStreamB>(a + i + l, b + i + l, s + i + l);
+  }
+  for (; i < body; i += 64) copyLineToBoth<kStreamA, kStreamB>(a + i, b + i, s + i);
+}
+
+}  // namespace
+#endif
+
+// src to a and to b, each line of src loaded once: align a to 64 bytes (both destinations get the
+// head), write whole lines to both, then the tail. The dispatcher passes a streaming destination
+// as `a`, and streams into b only where b lies at a's offset within a line.
+void copyToBoth(void* av, bool streamA, void* bv, bool streamB, const void* srcv, size_t bytes) {
+#if defined(__SSE2__)
+  auto* a = static_cast<unsigned char*>(av);
+  auto* b = static_cast<unsigned char*>(bv);
+  const auto* s = static_cast<const unsigned char*>(srcv);
+  const size_t head = minSize((64 - (reinterpret_cast<uintptr_t>(a) & 63)) & 63, bytes);
+  std::memcpy(a, s, head);
+  std::memcpy(b, s, head);
+  a += head;
+  b += head;
+  s += head;
+  bytes -= head;
+  const size_t body = bytes & ~size_t(63);
+  if (streamA && streamB) {
+    copyBodyToBoth<true, true>(a, b, s, body);
+  } else if (streamA) {
+    copyBodyToBoth<true, false>(a, b, s, body);
+  } else {
+    copyBodyToBoth<false, false>(a, b, s, body);
+  }
+  if (streamA) _mm_sfence();
+  std::memcpy(a + body, s + body, bytes - body);
+  std::memcpy(b + body, s + body, bytes - body);
+#else
+  (void)streamA;
+  (void)streamB;
+  std::memcpy(av, srcv, bytes);
+  std::memcpy(bv, srcv, bytes);
 #endif
 }
 

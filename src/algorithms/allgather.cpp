@@ -10,10 +10,21 @@ namespace chorus::algo {
 
 namespace {
 
+// The chunk size from which a staged all-gather writes its own block to its output in the same
+// pass as into staging. Measured on the AVX-512 EPYC VM, 2 ranks, against the second copy
+// (docs/performance.md, "The own block in the same pass"): the all-gather of 256 KiB and 2 MiB
+// 1.06-1.14x faster near, 1.1-1.25x far; of 64 KiB (32 KiB a rank) even near, 1.08x far; of
+// 32 KiB 1.2x slower near (the copy's plain vector stores against memcpy's, and the timed choice
+// streaming more often where the two are close).
+constexpr size_t kOwnInSamePassFrom = 32 * 1024;
+
 // Every rank stages its input, chunk by chunk, and copies the peers' chunks out of their staging
 // areas into its output: with plain or streaming stores, whichever this rank has timed faster for
 // outputs of this size (engine/output_stores.hpp), where all ranks' buffers reach the threshold
-// but this rank's do not (streamsFirst); elsewhere `fixed` (the threshold's way per rank).
+// but this rank's do not (streamsFirst); elsewhere `fixed` (the threshold's way per rank). Out of
+// place, from kOwnInSamePassFrom bytes a chunk, its own block goes to its output in the same pass
+// as into staging (stageCopy's `own`: one read of the input for both writes); below it by a
+// second copy while the others arrive.
 void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode fixed) {
   const int n = ctx.size(), me = ctx.rank();
   const size_t elem = dataTypeSize(op.type), block = op.count * elem;
@@ -28,10 +39,13 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
   // copy out, as the allreduce's (allreduce_direct.cpp).
   std::chrono::steady_clock::time_point since{};
   bool started = false;
+  const auto samePass = [&](size_t ce) { return !inPlace && ce * elem >= kOwnInSamePassFrom; };
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem,
+                  samePass(ce) ? at(op.recv, static_cast<size_t>(me) * op.count + off, elem) : nullptr,
+                  store);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (timed && !started) {
@@ -47,9 +61,9 @@ void allGatherStaged(Context& ctx, const Op& op, bool inPlace, kernels::CopyMode
       // Short calls are packed through the whole staging area (stagingPacks), blocks of up to
       // half a slot: the 2-rank all-gather of 1 MiB ran 4-7% slower packed, of 256 KiB 1.2-1.4x faster.
       2 * block <= shm.stageSlotBytes(),
-      // This rank's own block, while the others arrive.
+      // Else this rank's own block, while the others arrive.
       [&](size_t off, size_t ce) {
-        if (!inPlace) {
+        if (!inPlace && !samePass(ce)) {
           kernels::copy(at(op.recv, static_cast<size_t>(me) * op.count + off, elem), at(op.send, off, elem),
                         ce * elem, store);
         }

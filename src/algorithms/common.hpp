@@ -96,16 +96,26 @@ inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
 /// (engine/staging_writes.hpp; both give the same bytes), and says which to the peers
 /// (transport::ShmGroup::publishStagedStreaming), which time their reads of it by that and
 /// publish what a streamed block costs them more (recordStagedRead), which a streaming copy's
-/// time then counts.
-inline void stageCopy(Context& ctx, std::byte* dst, const void* src, size_t bytes) {
+/// time then counts. With `own`, the same bytes go to this rank's output there too, with `ownStore`'s
+/// stores, in the same pass (kernels::copyToBoth: the input read once), timed apart
+/// (StagingWrites::nextCopy's `withOwn`).
+inline void stageCopy(Context& ctx, std::byte* dst, const void* src, size_t bytes, void* own = nullptr,
+                      kernels::CopyMode ownStore = kernels::CopyMode::Cached) {
   engine::StagingWrites& writes = shared(ctx).stagingWrites();
-  const kernels::CopyMode how = writes.nextCopy(bytes);
-  if (!writes.copyTimed(bytes)) return kernels::copy(dst, src, bytes, how);
+  const bool withOwn = own != nullptr;
+  const kernels::CopyMode how = writes.nextCopy(bytes, withOwn);
+  const auto write = [&] {
+    if (withOwn)
+      kernels::copyToBoth(dst, how, own, ownStore, src, bytes);
+    else
+      kernels::copy(dst, src, bytes, how);
+  };
+  if (!writes.copyTimed(bytes)) return write();
   transport::ShmGroup& shm = shared(ctx).group();
   const bool streaming = how == kernels::CopyMode::Streaming;
   shm.publishStagedStreaming(streaming);
   const auto start = std::chrono::steady_clock::now();
-  kernels::copy(dst, src, bytes, how);
+  write();
   const uint64_t ns = nsSince(start);
   // A streaming copy counts what its readers published they pay more for it (the mean over the
   // peers that did): the root of a broadcast reads nothing of its own to measure it by.
@@ -123,7 +133,7 @@ inline void stageCopy(Context& ctx, std::byte* dst, const void* src, size_t byte
     }
     if (known) readers = sum / known;
   }
-  writes.recordCopy(how, bytes, ns, readers);
+  writes.recordCopy(how, bytes, ns, readers, withOwn);
 }
 
 static_assert(engine::StagingWrites::kReadClasses <= transport::kReadPenaltyClasses);

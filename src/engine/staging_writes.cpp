@@ -34,7 +34,7 @@ void StagingWrites::record(kernels::CopyMode mode, size_t bytes, uint64_t ns) {
                  static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes));
 }
 
-kernels::CopyMode StagingWrites::nextCopy(size_t bytes) {
+kernels::CopyMode StagingWrites::nextCopy(size_t bytes, bool withOwn) {
   switch (copyPolicy_) {
     case CopyPolicy::Plain:
       return kernels::CopyMode::Cached;
@@ -44,22 +44,25 @@ kernels::CopyMode StagingWrites::nextCopy(size_t bytes) {
       break;
   }
   if (!copyTimed(bytes)) return kernels::CopyMode::Cached;
-  return copies_.next() == kStreaming ? kernels::CopyMode::Streaming : kernels::CopyMode::Cached;
+  return copyChoice(withOwn).next() == kStreaming ? kernels::CopyMode::Streaming : kernels::CopyMode::Cached;
 }
 
-void StagingWrites::recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty) {
+void StagingWrites::recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty,
+                               bool withOwn) {
   if (!copyTimed(bytes)) return;
-  const bool wasWarm = copies_.warm();
-  const int before = copies_.current();
+  TimedChoice& copies = withOwn ? copiesWithOwn_ : copies_;
+  const bool wasWarm = copies.warm();
+  const int before = copies.current();
   const bool streaming = mode == kernels::CopyMode::Streaming;
   double cost = static_cast<double>(ns) * 1024.0 / static_cast<double>(bytes);
   const double penalty = readersPenalty >= 0 ? readersPenalty : readPenaltyNsPerKiB(bytes);
   if (streaming) cost = penalty >= 0 ? cost + penalty : cost * kStreamingReadFactor;
-  copies_.record(streaming ? kStreaming : kPlain, cost);
-  if (copies_.warm() && (!wasWarm || copies_.current() != before)) {
-    logInfo(Subsys::Tuning, "copies into staging: ", copies_.current() == kStreaming ? "streaming" : "plain",
-            " stores (this rank's estimates: plain ", static_cast<uint64_t>(copies_.cost(kPlain)),
-            " ns/KiB, streaming ", static_cast<uint64_t>(copies_.cost(kStreaming)),
+  copies.record(streaming ? kStreaming : kPlain, cost);
+  if (copies.warm() && (!wasWarm || copies.current() != before)) {
+    logInfo(Subsys::Tuning, withOwn ? "copies into staging beside the own output: " : "copies into staging: ",
+            copies.current() == kStreaming ? "streaming" : "plain", " stores (this rank's estimates: plain ",
+            static_cast<uint64_t>(copies.cost(kPlain)), " ns/KiB, streaming ",
+            static_cast<uint64_t>(copies.cost(kStreaming)),
             penalty >= 0 ? strCat(" with the readers' ", static_cast<uint64_t>(penalty), " ns/KiB more")
                          : std::string(" counted 1.5x for the readers"),
             ")");

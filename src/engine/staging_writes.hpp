@@ -67,14 +67,20 @@ class StagingWrites {
   void record(kernels::CopyMode mode, size_t bytes, uint64_t ns);
 
   /// How to write the next copy of `bytes` of input into the staging area: Cached or Streaming.
-  kernels::CopyMode nextCopy(size_t bytes);
+  /// `withOwn`: a copy that writes the rank's own output in the same pass
+  /// (kernels::copyToBoth, the staged all-gather's own block), timed apart from the copies into
+  /// staging alone (its time counts both writes; only each kind's two ways compare).
+  kernels::CopyMode nextCopy(size_t bytes, bool withOwn = false);
   /// Whether a copy of `bytes` is timed (only then does recordCopy() take its time).
   bool copyTimed(size_t bytes) const { return copyPolicy_ == CopyPolicy::Auto && bytes >= kTimedBytes; }
   /// The copy that nextCopy() answered `mode` for took `ns` nanoseconds to write `bytes`.
   /// `readersPenalty`: what its readers published they pay more per KiB for a streamed block of
   /// this size (the mean over them), or -1 where none has: a streaming copy's time counts that,
   /// else this rank's own measure (readPenaltyNsPerKiB), else kStreamingReadFactor.
-  void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty = -1);
+  /// `withOwn`: as nextCopy's (`bytes` the staged bytes; the fallback factor then weighs the
+  /// own output's writes too, which makes it err toward plain stores).
+  void recordCopy(kernels::CopyMode mode, size_t bytes, uint64_t ns, double readersPenalty = -1,
+                  bool withOwn = false);
   /// Whether to time the next read of `bytes` out of a peer's staging area, written `streamed`
   /// or not: where the copies are timed, a read of a block written the other way than the read
   /// before (one of a peer's tries), its way's first kWarmUp, and one in kReadSample of the rest.
@@ -104,22 +110,24 @@ class StagingWrites {
   /// tests.
   double storesNsPerKiB() const { return choice_.cost(kStores); }
   double memcpyNsPerKiB() const { return choice_.cost(kMemcpy); }
-  double plainCopyNsPerKiB() const { return copies_.cost(kPlain); }
-  double streamingCopyNsPerKiB() const { return copies_.cost(kStreaming); }
+  double plainCopyNsPerKiB(bool withOwn = false) const { return copyChoice(withOwn).cost(kPlain); }
+  double streamingCopyNsPerKiB(bool withOwn = false) const { return copyChoice(withOwn).cost(kStreaming); }
   /// The way in use once warm (explorations aside).
   kernels::CopyMode current() const { return modeOf(choice_.current()); }
 
  private:
   static constexpr int kStores = 0, kMemcpy = 1;
   static constexpr int kPlain = 0, kStreaming = 1;
+  const TimedChoice& copyChoice(bool withOwn) const { return withOwn ? copiesWithOwn_ : copies_; }
   static kernels::CopyMode modeOf(int way) {
     return way == kMemcpy ? kernels::CopyMode::Handoff : kernels::CopyMode::Cached;
   }
 
   Policy policy_;
   CopyPolicy copyPolicy_;
-  TimedChoice choice_{kStores};  // the reductions, ns per KiB written
-  TimedChoice copies_{kPlain};   // the copies, ns per KiB written
+  TimedChoice choice_{kStores};        // the reductions, ns per KiB written
+  TimedChoice copies_{kPlain};         // the copies, ns per KiB written
+  TimedChoice copiesWithOwn_{kPlain};  // the copies beside the own output, ns per KiB staged
   struct ReadCost {
     double nsPerKiB[2] = {0, 0};  // by the block's way: kPlain, kStreaming
     uint32_t samples[2] = {0, 0};

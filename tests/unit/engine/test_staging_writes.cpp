@@ -297,6 +297,38 @@ TEST(StagingCopies, ReductionsStreamWhileTheCopiesDo) {
   EXPECT_TRUE(w.timed(kBytes));
 }
 
+// A copy that writes the rank's own output in the same pass (the staged all-gather's own block)
+// costs both writes: its two ways are timed apart from the copies into staging alone, and neither
+// moves the other. Here the copies alone stream (far placement: plain 2.3x) while the copies beside
+// the output are plainer (their streaming way 1.8x the plain one, readers' share included).
+TEST(StagingCopies, CopiesBesideTheOwnOutputAreTimedApart) {
+  StagingWrites w;
+  const uint32_t n = 2 * StagingWrites::kWarmUp + 4 * StagingWrites::kExplore;
+  uint32_t plainBeside = 0, streamingAlone = 0;
+  for (uint32_t i = 0; i < n; ++i) {  // interleaved, as an allreduce and an all-gather would be
+    const CopyMode alone = w.nextCopy(kBytes);
+    streamingAlone += alone == CopyMode::Streaming;
+    w.recordCopy(alone, kBytes, alone == CopyMode::Streaming ? 1000 : 2300, 0);
+    const CopyMode beside = w.nextCopy(kBytes, true);
+    plainBeside += beside == CopyMode::Cached;
+    w.recordCopy(beside, kBytes, beside == CopyMode::Streaming ? 3600 : 2000, 0, true);
+  }
+  EXPECT_TRUE(w.copiesStream());
+  EXPECT_EQ(w.nextCopy(kBytes), CopyMode::Streaming);
+  EXPECT_EQ(w.nextCopy(kBytes, true), CopyMode::Cached);
+  EXPECT_GE(streamingAlone, n - 2 * StagingWrites::kWarmUp - 2);
+  EXPECT_GE(plainBeside, n - 2 * StagingWrites::kWarmUp - 2);
+  const double perKiB = 1024.0 / kBytes;
+  EXPECT_NEAR(w.plainCopyNsPerKiB(), 2300 * perKiB, 1e-9);
+  EXPECT_NEAR(w.streamingCopyNsPerKiB(), 1000 * perKiB, 1e-9);
+  EXPECT_NEAR(w.plainCopyNsPerKiB(true), 2000 * perKiB, 1e-9);
+  EXPECT_NEAR(w.streamingCopyNsPerKiB(true), 3600 * perKiB, 1e-9);
+  // Forced policies hold for them too, and small ones are plain and untimed.
+  StagingWrites streaming(StagingWrites::Policy::Auto, StagingWrites::CopyPolicy::Streaming);
+  EXPECT_EQ(streaming.nextCopy(kBytes, true), CopyMode::Streaming);
+  EXPECT_EQ(w.nextCopy(StagingWrites::kTimedBytes - 1, true), CopyMode::Cached);
+}
+
 TEST(StagingCopies, ForcedPoliciesNeverChange) {
   using P = StagingWrites::Policy;
   using C = StagingWrites::CopyPolicy;

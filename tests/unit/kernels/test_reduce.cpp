@@ -943,6 +943,82 @@ TEST(Copy, EveryModeAtOddOffsets) {
   }
 }
 
+// copyToBoth: both destinations get the bytes exactly and nothing around them, from every
+// implementation with each way of storing it takes (streaming into a; into b as well where b lies at
+// a's offset within a line), and through the public entry point with every pair of modes, the
+// fallbacks (Handoff; two streaming destinations at different offsets in a line; Auto past copy()'s
+// threshold) included.
+TEST(Copy, ToBothEveryImplementationModeAndOffset) {
+  std::mt19937_64 rng(11);
+  const size_t most = size_t(1) << 20;
+  std::vector<unsigned char> srcBuf(most + 256), aBuf(most + 256), bBuf(most + 256);
+  for (auto& c : srcBuf) c = static_cast<unsigned char>(rng());
+  // Line-aligned bases, so that the offsets below are offsets within a line.
+  const auto lineUp = [](std::vector<unsigned char>& v) {
+    return v.data() + ((64 - (reinterpret_cast<uintptr_t>(v.data()) & 63)) & 63);
+  };
+  unsigned char *src = lineUp(srcBuf), *a = lineUp(aBuf), *b = lineUp(bBuf);
+  const size_t room = most + 128;
+  const auto check = [&](size_t so, size_t ao, size_t bo, size_t size, const std::string& what) {
+    ASSERT_EQ(std::memcmp(a + ao, src + so, size), 0) << what;
+    ASSERT_EQ(std::memcmp(b + bo, src + so, size), 0) << what;
+    for (size_t i = 0; i < ao; ++i) ASSERT_EQ(a[i], 0xa5) << what;
+    for (size_t i = ao + size; i < std::min(room, ao + size + 128); ++i) ASSERT_EQ(a[i], 0xa5) << what;
+    for (size_t i = 0; i < bo; ++i) ASSERT_EQ(b[i], 0x5a) << what;
+    for (size_t i = bo + size; i < std::min(room, bo + size + 128); ++i) ASSERT_EQ(b[i], 0x5a) << what;
+  };
+  const auto clear = [&] {  // all that a call may touch, and the guard bytes after it
+    std::fill(a, a + room, static_cast<unsigned char>(0xa5));
+    std::fill(b, b + room, static_cast<unsigned char>(0x5a));
+  };
+  const size_t sizes[] = {0, 1, 63, 64, 65, 255, 256, 257, 4097, 100003, most};
+  for (const KernelImpl* impl : availableImpls()) {
+    for (size_t size : sizes) {
+      for (size_t so : {0, 9}) {
+        for (size_t ao : {0, 5, 40}) {
+          for (size_t bo : {ao, (ao + 24) % 64}) {
+            for (int ways = 0; ways < 3; ++ways) {  // plain both, streaming into a, streaming both
+              const bool streamA = ways >= 1, streamB = ways == 2 && bo == ao;
+              clear();
+              impl->copyToBoth(a + ao, streamA, b + bo, streamB, src + so, size);
+              check(so, ao, bo, size,
+                    std::string(impl->name) + " size " + std::to_string(size) + " offsets " +
+                        std::to_string(so) + "/" + std::to_string(ao) + "/" + std::to_string(bo) + " ways " +
+                        std::to_string(ways));
+            }
+          }
+        }
+      }
+    }
+  }
+  const CopyMode modes[] = {CopyMode::Auto, CopyMode::Cached, CopyMode::Streaming, CopyMode::Handoff};
+  for (CopyMode am : modes) {
+    for (CopyMode bm : modes) {
+      for (size_t size : {size_t(4097), size_t(100003), most}) {
+        for (size_t bo : {0, 3, 56}) {
+          clear();
+          chorus::kernels::copyToBoth(a + 8, am, b + bo, bm, src + 1, size);
+          check(1, 8, bo, size,
+                "modes " + std::to_string(static_cast<int>(am)) + "/" + std::to_string(static_cast<int>(bm)) +
+                    " size " + std::to_string(size) + " b at " + std::to_string(bo));
+        }
+      }
+    }
+  }
+  // Auto streams from copy()'s threshold (16 MiB), here into both at different offsets in a line.
+  const size_t big = (size_t(16) << 20) + 4099;
+  std::vector<unsigned char> bigSrc(big + 64), bigA(big + 64, 1), bigB(big + 64, 2);
+  for (auto& c : bigSrc) c = static_cast<unsigned char>(rng());
+  chorus::kernels::copyToBoth(bigA.data() + 3, CopyMode::Auto, bigB.data() + 7, CopyMode::Auto, bigSrc.data(),
+                              big);
+  ASSERT_EQ(std::memcmp(bigA.data() + 3, bigSrc.data(), big), 0);
+  ASSERT_EQ(std::memcmp(bigB.data() + 7, bigSrc.data(), big), 0);
+  EXPECT_EQ(bigA[2], 1);
+  EXPECT_EQ(bigA[big + 3], 1);
+  EXPECT_EQ(bigB[6], 2);
+  EXPECT_EQ(bigB[big + 7], 2);
+}
+
 // ---- The public entry points and the dispatcher -----------------------------------------------------
 
 TEST(Dispatch, SimdLevelMatchesCpu) {
