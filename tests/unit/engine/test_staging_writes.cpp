@@ -3,7 +3,8 @@
 // follows a change of which is faster within a few samples, shrugs off one descheduled sample,
 // never times small writes, and the forced policies (CHORUS_STAGE_WRITE, CHORUS_STAGE_COPY) never
 // change. Copies stream only where their writes are faster by more than the readers then pay (as
-// the readers measure it, or 1.5x until they have), and the reductions stream while the copies do.
+// the readers measure it, or 1.5x until they have), the reductions stream while the copies do, and
+// copies that write the own output in the same pass are timed apart.
 #include <gtest/gtest.h>
 
 #include <cstdint>
