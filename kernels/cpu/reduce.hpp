@@ -54,11 +54,12 @@ void reduce(void* dst, const void* const* srcs, int nsrcs, size_t count, DataTyp
 
 /// reduce() into two destinations: a block of at most 16 KiB of output at a time is reduced once
 /// into a buffer in L1 and copied from there to `dst` (written as copy(..., store) writes) and to
-/// `also` (as copy(..., alsoStore)). For a result that goes both to this rank's output and to
-/// where its peers read it: one reduction and two writes, where reduce() and a copy of its result
-/// would read the result back (from memory, if it was streamed). The results are bit for bit
-/// reduce()'s; dst or also may be the same pointer as any srcs[k], as there; dst and also must not
-/// overlap.
+/// `also` (as copy(..., alsoStore)); where `also` is Cached, reduced into `also` itself and copied
+/// from there to `dst` (Handoff only where dst and also share their offset within a page). For a result that
+/// goes both to this rank's output and to where its peers read it: one reduction and two writes, where
+/// reduce() and a copy of its result would read the result back (from memory, if it was streamed). The
+/// results are bit for bit reduce()'s; dst or also may be the same pointer as any srcs[k], as there; dst and
+/// also must not overlap.
 void reduceToBoth(void* dst, CopyMode store, void* also, CopyMode alsoStore, const void* const* srcs,
                   int nsrcs, size_t count, DataType type, ReduceOp op, int avgDivisor);
 

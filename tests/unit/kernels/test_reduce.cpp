@@ -1180,6 +1180,18 @@ TEST(Dispatch, BouncedReduceEqualsReduce) {  // and reduceToBoth
             ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place, nsrcs " << nsrcs;
             ASSERT_EQ(other, want) << dataTypeName(type) << " both, beside in place, nsrcs " << nsrcs;
             bufs.back() = last;
+            // In place into a second destination written through the cache (reduced into it, then
+            // copied to the first), the first written each way.
+            for (CopyMode a : ways) {
+              std::fill(other.begin(), other.end(), static_cast<unsigned char>(0));
+              reduceToBoth(other.data(), a, bufs.back().data(), CopyMode::Cached, srcs.data(), nsrcs, count,
+                           type, op, divisor);
+              ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place second, nsrcs " << nsrcs
+                                           << " way " << static_cast<int>(a);
+              ASSERT_EQ(other, want) << dataTypeName(type) << " both, beside in place second, nsrcs " << nsrcs
+                                     << " way " << static_cast<int>(a);
+              bufs.back() = last;
+            }
             reduceToBoth(bufs.back().data(), CopyMode::Cached, other.data(), CopyMode::Cached, srcs.data(),
                          nsrcs, count, type, op, divisor);
             ASSERT_EQ(bufs.back(), want) << dataTypeName(type) << " both, in place first, nsrcs " << nsrcs;
