@@ -10,14 +10,6 @@ namespace chorus::algo {
 
 namespace {
 
-// The chunk size from which a staged all-gather writes its own block to its output in the same
-// pass as into staging. Measured on the AVX-512 EPYC VM, 2 ranks, against the second copy
-// (docs/performance.md, "The own block in the same pass"): the all-gather of 256 KiB and 2 MiB
-// 1.06-1.14x faster near, 1.1-1.25x far; of 64 KiB (32 KiB a rank) even near, 1.08x far; of
-// 32 KiB 1.2x slower near (the copy's plain vector stores against memcpy's, and the timed choice
-// streaming more often where the two are close).
-constexpr size_t kOwnInSamePassFrom = 32 * 1024;
-
 // Every rank stages its input, chunk by chunk, and copies the peers' chunks out of their staging
 // areas into its output: with plain or streaming stores, whichever this rank has timed faster for
 // outputs of this size (engine/output_stores.hpp), where all ranks' buffers reach the threshold

@@ -24,18 +24,25 @@ void broadcastDirect(Context& ctx, const Op& op) {
   }
   transport::ShmGroup& shm = shared(ctx).group();
   const size_t chunk = stageChunkElems(shm, elem, 1);
+  // Out of place, the root's own output in the same pass as its staging from kOwnInSamePassFrom
+  // bytes a chunk (one read of the input for both writes), else by a second copy while the others
+  // arrive.
+  const bool rootCopies = me == op.root && op.send != op.recv;
+  const auto samePass = [&](size_t ce) { return rootCopies && ce * elem >= kOwnInSamePassFrom; };
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        if (me == op.root) stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        if (me == op.root)
+          stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem,
+                    samePass(ce) ? at(op.recv, off, elem) : nullptr, store);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (me != op.root)
           copyStaged(ctx, op.root, at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
       },
       true,                         // short calls are packed through the whole staging area (stagingPacks)
-      [&](size_t off, size_t ce) {  // the root's own copy, while the others arrive
-        if (me == op.root && op.send != op.recv)
+      [&](size_t off, size_t ce) {  // else the root's own copy, while the others arrive
+        if (rootCopies && !samePass(ce))
           kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);
       });
 }

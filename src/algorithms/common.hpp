@@ -91,6 +91,16 @@ inline uint64_t nsSince(std::chrono::steady_clock::time_point start) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
 }
 
+/// The chunk size from which a staged all-gather, and the root of a staged broadcast, out of place,
+/// write their own input to their output in the same pass as into staging (stageCopy's `own`) rather
+/// than by a second copy while the others arrive. Measured on the AVX-512 EPYC VM, 2 ranks, against
+/// the second copy (docs/performance.md, "The own block in the same pass"): the all-gather of
+/// 256 KiB and 2 MiB 1.06-1.14x faster near, 1.1-1.25x far; of 64 KiB (32 KiB a rank) even near,
+/// 1.08x far; of 32 KiB 1.2x slower near (the copy's plain vector stores against memcpy's, and the
+/// timed choice streaming more often where the two are close); the broadcast of 64 KiB to 16 MiB
+/// out of place 1.1-1.4x faster near, 1.3-1.7x far from 2 MiB.
+inline constexpr size_t kOwnInSamePassFrom = 32 * 1024;
+
 /// Copies `bytes` of this rank's input into its staging area at `dst`, whose lines the peers read
 /// last: with plain or streaming stores, whichever this rank has timed faster
 /// (engine/staging_writes.hpp; both give the same bytes), and says which to the peers

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
+#include "algorithms/common.hpp"
 #include "base/config.hpp"
 #include "check.hpp"
 #include "core/comm_impl.hpp"
@@ -202,6 +204,46 @@ TEST(OutputStoresProcesses, BothWaysAreExact) {
       EXPECT_GT(plain, 0.0) << "plain stores never timed for " << k.output << " bytes";
     }
   }
+}
+
+// Out of place, the staged all-gather and the root of a staged broadcast write their own input to
+// their output in the same pass as into staging (algo::stageCopy's `own`, from
+// algo::kOwnInSamePassFrom bytes a chunk), and time those copies apart from the copies into
+// staging alone (StagingWrites::plainCopyNsPerKiB(true) and its streaming twin); in place nothing
+// goes beside, and a broadcast's other ranks stage nothing. A communicator of its own starts with
+// none of them timed.
+TEST(StagingCopiesProcesses, OwnOutputGoesInTheSamePass) {
+  Communicator& world = comm();
+  ASSERT_GE(world.size(), 2) << "run this test under chorusrun -n 2 (or more)";
+  std::optional<Communicator> c = world.split(0, world.rank());
+  ASSERT_TRUE(c.has_value());
+  engine::ShmSync* sm = c->impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  if (sm->peerReadsEnabled()) GTEST_SKIP() << "heap buffers are read in place here (single copy), not staged";
+  if (!sm->stagingWrites().copyTimed(sm->group().stageSlotBytes()))
+    GTEST_SKIP() << "copies into staging not timed (CHORUS_STAGE_COPY=" << envConfig().stageCopy << ")";
+  const int me = c->rank(), last = c->size() - 1;
+  const engine::StagingWrites& writes = sm->stagingWrites();
+  const auto timed = [&](bool withOwn) {
+    return writes.plainCopyNsPerKiB(withOwn) > 0 || writes.streamingCopyNsPerKiB(withOwn) > 0;
+  };
+  const size_t count = 64 * 1024;  // 256 KiB of float32: chunks of at least kOwnInSamePassFrom
+  ASSERT_GE(std::min(count * 4, sm->group().stageSlotBytes()), algo::kOwnInSamePassFrom);
+  const auto run = [&](Coll coll, bool inPlace, int root) {
+    for (int i = 0; i < 3; ++i) {
+      const Case k{coll, DataType::Float32, ReduceOp::Sum, count, inPlace, root};
+      std::string report;
+      ASSERT_EQ(runCase(*c, k, &report), 0u) << "rank " << me << ": " << describe(k, c->size()) << report;
+    }
+  };
+  run(Coll::Broadcast, true, 0);
+  run(Coll::AllGather, true, -1);
+  EXPECT_FALSE(timed(true)) << "rank " << me << ": in place, a copy went beside an own output";
+  EXPECT_TRUE(timed(false)) << "rank " << me << ": the copies into staging were not timed";
+  run(Coll::Broadcast, false, last);
+  EXPECT_EQ(timed(true), me == last) << "rank " << me << ": broadcast from rank " << last << " out of place";
+  run(Coll::AllGather, false, -1);
+  EXPECT_TRUE(timed(true)) << "rank " << me << ": all-gather out of place";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CollectivesProcesses,
