@@ -37,16 +37,19 @@ void allToAllDirect(Context& ctx, const Op& op) {
       },
       [&](size_t off, size_t ce, size_t place) {
         for (int k = 0; k < n; ++k) {
-          void* to = at(op.recv, static_cast<size_t>(k) * op.count + off, elem);
-          if (k != me) {
-            copyStaged(ctx, k, to, shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem,
-                       store);
-          } else if (op.send != op.recv) {  // this rank's own block goes straight from its input
-            kernels::copy(to, at(op.send, static_cast<size_t>(me) * op.count + off, elem), ce * elem, store);
-          }
+          if (k == me) continue;
+          copyStaged(ctx, k, at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
+                     shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
         }
       },
-      true);  // short calls are packed through the whole staging area (stagingPacks)
+      true,  // short calls are packed through the whole staging area (stagingPacks)
+      // This rank's own block goes straight from its input to its output, while the others arrive.
+      [&](size_t off, size_t ce) {
+        if (op.send != op.recv) {
+          const size_t own = static_cast<size_t>(me) * op.count + off;
+          kernels::copy(at(op.recv, own, elem), at(op.send, own, elem), ce * elem, store);
+        }
+      });
 }
 
 namespace {
