@@ -14,14 +14,17 @@ void reduceDirect(Context& ctx, const Op& op) {
   const size_t chunk = stageChunkElems(shm, elem, 1);
   const kernels::CopyMode store = outputCopyMode(op.count * elem, op.send == op.recv);
   std::vector<const void*> srcs(static_cast<size_t>(n));
+  // The others stage their inputs; the root reduces its own straight from its input (reduce()
+  // allows the output to be that same pointer, in place) and stages nothing.
   forEachStagedChunk(
       ctx, op.count, chunk, elem,
       [&](size_t off, size_t ce, size_t place) {
-        stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
+        if (me != op.root) stageCopy(ctx, shm.stageAt(me, place), at(op.send, off, elem), ce * elem);
       },
       [&](size_t off, size_t ce, size_t place) {
         if (me != op.root) return;
-        for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stageAt(k, place);
+        for (int k = 0; k < n; ++k)
+          srcs[static_cast<size_t>(k)] = k == me ? at(op.send, off, elem) : shm.stageAt(k, place);
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
       },
       true);  // short calls are packed through the whole staging area (stagingPacks)

@@ -246,6 +246,30 @@ TEST(StagingCopiesProcesses, OwnOutputGoesInTheSamePass) {
   EXPECT_TRUE(timed(true)) << "rank " << me << ": all-gather out of place";
 }
 
+// The staged reduce: the other ranks stage their inputs, the root reduces its own straight from its
+// input (in place too) and stages nothing, so only the others time copies into staging.
+TEST(StagingCopiesProcesses, ReduceRootStagesNothing) {
+  Communicator& world = comm();
+  ASSERT_GE(world.size(), 2) << "run this test under chorusrun -n 2 (or more)";
+  std::optional<Communicator> c = world.split(0, world.rank());
+  ASSERT_TRUE(c.has_value());
+  engine::ShmSync* sm = c->impl()->sharedMemory();
+  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
+  if (!sm->stagingWrites().copyTimed(sm->group().stageSlotBytes()))
+    GTEST_SKIP() << "copies into staging not timed (CHORUS_STAGE_COPY=" << envConfig().stageCopy << ")";
+  const int me = c->rank(), root = c->size() - 1;
+  const engine::StagingWrites& writes = sm->stagingWrites();
+  for (bool inPlace : {false, true}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      const Case k{Coll::Reduce, DataType::Float32, op, 64 * 1024, inPlace, root};
+      std::string report;
+      ASSERT_EQ(runCase(*c, k, &report), 0u) << "rank " << me << ": " << describe(k, c->size()) << report;
+    }
+  }
+  const bool timed = writes.plainCopyNsPerKiB() > 0 || writes.streamingCopyNsPerKiB() > 0;
+  EXPECT_EQ(timed, me != root) << "rank " << me << ": copies into staging of a reduce to rank " << root;
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CollectivesProcesses,
                          ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather,
                                            Coll::Broadcast, Coll::Reduce, Coll::AllToAll, Coll::AllToAllv,
