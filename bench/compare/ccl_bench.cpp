@@ -130,6 +130,12 @@ extern "C" int peerRun(Coll coll, const float* send, float* recv, size_t count, 
       case BROADCAST:
         ccl::broadcast(recv, count, f32, root, comm).wait();
         return 0;
+      case REDUCE:
+        ccl::reduce(send, recv, count, f32, ccl::reduction::sum, root, comm).wait();
+        return 0;
+      case ALL_TO_ALL:
+        ccl::alltoall(send, recv, count, f32, comm).wait();
+        return 0;
     }
     std::fprintf(stderr, "compare-oneccl: unknown collective %d\n", static_cast<int>(coll));
   } catch (const std::exception& e) {

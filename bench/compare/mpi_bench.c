@@ -5,19 +5,20 @@
 //   mpirun.mpich -n 2 compare-mpich <collective> [flags]
 //
 // collective: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block), all_gather
-// (MPI_Allgather), broadcast (MPI_Bcast). Flags as chorus-perf: -b -e -i -f -n -w -c -d -o -r --json;
+// (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce), alltoall (MPI_Alltoall). Flags as chorus-perf: -b -e -i -f -n -w -c -d -o -r --json;
 // -d float and -o sum only.
 // Compiled with COMPARE_PEER_SYSTEM="<name>", the same program times another library's collectives
 // (peer_backend.h; compare-oneccl, with ccl_bench.cpp) and keeps MPI for the rest: launch, ranks,
 // barrier, maximum time, checks and header.
 // Everything follows chorus-perf (see bench/chorus_perf.cpp):
-//   size   bytes of the larger buffer (all_gather's receive, reduce_scatter's send buffer), rounded
-//          down so that blocks are multiples of 4 elements; count: the per-rank block for all_gather
-//          and reduce_scatter, all elements otherwise.
+//   size   bytes of the larger buffer (all_gather's receive, reduce_scatter's send buffer, either of
+//          alltoall's), rounded down so that blocks are multiples of 4 elements; count: the per-rank
+//          block for all_gather and reduce_scatter, the block per peer for alltoall, all elements
+//          otherwise.
 //   time   microseconds per operation: -w warm-ups, a barrier, -n timed iterations averaged, max
 //          over ranks.
 //   algbw  size / time (GB/s, G = 1e9); busbw = algbw * 2(n-1)/n (all_reduce), (n-1)/n (all_gather,
-//          reduce_scatter), 1 (broadcast).
+//          reduce_scatter, alltoall), 1 (broadcast, reduce).
 //   #wrong with -c 1: wrong elements summed over ranks in one validation run.
 // Only out-of-place is measured: the in-place columns print N/A (null in JSON). Broadcast is
 // out-of-place as chorus-perf's: the root sends from its send buffer, the others receive into their
@@ -53,7 +54,10 @@
 
 enum { kMaxBufferBytes = 1 << 30, kBlockAlign = 4, kLibraryLineMax = 512, kLibraryPartMax = 100 };
 
-static const char* const kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+static const char* const kCollNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                         "broadcast",  "reduce",         "alltoall"};
+enum { kColls = sizeof(kCollNames) / sizeof(kCollNames[0]) };
+#define COLL_LIST "all_reduce, reduce_scatter, all_gather, broadcast, reduce or alltoall"
 
 typedef struct {
   Coll coll;
@@ -138,7 +142,8 @@ static int parseInt(const char* text, const char* flag, long long lo, long long 
   return 0;
 }
 
-static int collReduces(Coll c) { return c == ALL_REDUCE || c == REDUCE_SCATTER; }
+static int collReduces(Coll c) { return c == ALL_REDUCE || c == REDUCE_SCATTER || c == REDUCE; }
+static int collRooted(Coll c) { return c == BROADCAST || c == REDUCE; }
 
 static double busFactor(Coll c, int nranks) {
   const double n = nranks;
@@ -147,8 +152,10 @@ static double busFactor(Coll c, int nranks) {
       return 2.0 * (n - 1) / n;
     case REDUCE_SCATTER:
     case ALL_GATHER:
+    case ALL_TO_ALL:
       return (n - 1) / n;
     case BROADCAST:
+    case REDUCE:
       return 1.0;
   }
   return 1.0;
@@ -161,6 +168,7 @@ static Shape shapeFor(Coll c, size_t sizeBytes, int nranks) {
   switch (c) {
     case ALL_REDUCE:
     case BROADCAST:
+    case REDUCE:
       s.count = elems;
       s.sendElems = elems;
       s.recvElems = elems;
@@ -174,6 +182,11 @@ static Shape shapeFor(Coll c, size_t sizeBytes, int nranks) {
       s.count = elems / (kBlockAlign * n) * kBlockAlign;
       s.sendElems = s.count * n;
       s.recvElems = s.count;
+      break;
+    case ALL_TO_ALL:
+      s.count = elems / (kBlockAlign * n) * kBlockAlign;
+      s.sendElems = s.count * n;
+      s.recvElems = s.count * n;
       break;
   }
   s.bytes = (s.sendElems > s.recvElems ? s.sendElems : s.recvElems) * sizeof(float);
@@ -202,7 +215,7 @@ static float reduceValue(int rank, size_t index, uint64_t range) {
   return (float)(mix((uint64_t)rank, index) % range);
 }
 
-// Data moved by all_gather and broadcast: 0..112.
+// Data moved by all_gather, broadcast and alltoall: 0..112.
 static float copyValue(int rank, size_t index) { return (float)(mix((uint64_t)rank, index) % 113); }
 
 static void prepareBuffers(const Options* o, const Shape* s, float* send, float* recv) {
@@ -218,6 +231,9 @@ static int64_t countWrong(const Options* o, const Shape* s, const float* send, c
   const uint64_t range = reduceRange(g_size);
   int64_t wrong = 0;
   switch (o->coll) {
+    case REDUCE:
+      if (g_rank != o->root) break;  // only the root's receive buffer is written
+      /* fall through */
     case ALL_REDUCE:
     case REDUCE_SCATTER: {
       const size_t base = o->coll == REDUCE_SCATTER ? (size_t)g_rank * s->count : 0;
@@ -238,6 +254,11 @@ static int64_t countWrong(const Options* o, const Shape* s, const float* send, c
       for (size_t i = 0; i < s->recvElems; ++i) wrong += !(out[i] == copyValue(o->root, i));
       break;
     }
+    case ALL_TO_ALL:  // block j came from rank j's block for this rank
+      for (size_t i = 0; i < s->recvElems; ++i) {
+        wrong += !(recv[i] == copyValue((int)(i / s->count), (size_t)g_rank * s->count + i % s->count));
+      }
+      break;
   }
   return wrong;
 }
@@ -266,6 +287,12 @@ static void runColl(const Options* o, const Shape* s, float* send, float* recv) 
       return;
     case BROADCAST:
       MPI_Bcast(g_rank == o->root ? send : recv, count, MPI_FLOAT, o->root, MPI_COMM_WORLD);
+      return;
+    case REDUCE:
+      MPI_Reduce(send, recv, count, MPI_FLOAT, MPI_SUM, o->root, MPI_COMM_WORLD);
+      return;
+    case ALL_TO_ALL:
+      MPI_Alltoall(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD);
       return;
   }
 }
@@ -414,7 +441,7 @@ static void jsonDouble(double v, char* buf, size_t len) {
 
 static void printRow(const Options* o, const Shape* s, const HalfResult* h) {
   const char* redop = collReduces(o->coll) ? "sum" : "none";
-  const int root = o->coll == BROADCAST ? o->root : -1;
+  const int root = collRooted(o->coll) ? o->root : -1;
   char time[32], wrong[32];
   formatTime(h->timeUs, time, sizeof(time));
   if (h->wrong < 0) {
@@ -449,7 +476,7 @@ static void printRow(const Options* o, const Shape* s, const HalfResult* h) {
 static void printUsage(void) {
   printf(
       "Usage: %s <collective> [flags]   (started by mpirun)\n"
-      "  collective              all_reduce, reduce_scatter, all_gather or broadcast\n"
+      "  collective              " COLL_LIST "\n"
       "  -b, --minbytes SIZE     smallest size, suffixes K M G (default 32M)\n"
       "  -e, --maxbytes SIZE     largest size (default 32M, at most 1G)\n"
       "  -i, --stepbytes SIZE    additive step when no factor > 1 is given (default 1M)\n"
@@ -459,7 +486,7 @@ static void printUsage(void) {
       "  -c, --check 0|1         validate results (default 1)\n"
       "  -d, --datatype float    data type (float only)\n"
       "  -o, --op sum            reduction (sum only)\n"
-      "  -r, --root N            root of broadcast (default 0)\n"
+      "  -r, --root N            root of broadcast and reduce (default 0)\n"
       "      --json              also print each row as a JSON object\n",
       PROGRAM_NAME);
 }
@@ -543,20 +570,20 @@ static int parseArgs(int argc, char** argv, Options* o) {
   }
   if (optind != argc - 1) {
     usageError("%s", optind >= argc
-                         ? "a collective is required: all_reduce, reduce_scatter, all_gather or broadcast"
+                         ? "a collective is required: " COLL_LIST
                          : "exactly one collective expected");
     return 2;
   }
   const char* name = argv[optind];
   int found = 0;
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kColls; ++c) {
     if (strcmp(name, kCollNames[c]) == 0) {
       o->coll = (Coll)c;
       found = 1;
     }
   }
   if (!found) {
-    usageError("unknown collective '%s' (all_reduce, reduce_scatter, all_gather or broadcast)", name);
+    usageError("unknown collective '%s' (" COLL_LIST ")", name);
     return 2;
   }
   size_t maxBytes = 0;
@@ -581,7 +608,7 @@ static int parseArgs(int argc, char** argv, Options* o) {
     usageError("%s", "minbytes must be > 0 with a step factor");
     return 2;
   }
-  if (o->coll == BROADCAST && (o->root < 0 || o->root >= g_size)) {
+  if (collRooted(o->coll) && (o->root < 0 || o->root >= g_size)) {
     char text[64];
     snprintf(text, sizeof(text), "root %d out of range for %d ranks", o->root, g_size);
     usageError("%s", text);

@@ -14,16 +14,17 @@
 extern "C" {
 #endif
 
-typedef enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST } Coll;
+typedef enum { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, ALL_TO_ALL } Coll;
 
 // Initialises MPI (MPI_Init or MPI_Init_thread, as the library needs) and then the library, with a
 // communicator of every rank of MPI_COMM_WORLD. On failure it prints why and calls MPI_Abort.
 void peerInit(int* argc, char*** argv);
 
 // One collective on float32 with sum, completed before it returns. count as MPI's: all elements
-// for ALL_REDUCE and BROADCAST, the per-rank block for REDUCE_SCATTER (elements received) and
-// ALL_GATHER (elements sent). BROADCAST works in place on `recv` (the root's data there; `send` is
-// NULL), as MPI_Bcast. Returns 0, or non-zero after printing the library's error.
+// for ALL_REDUCE, BROADCAST and REDUCE (the sum in the root's `recv`), the per-rank block for
+// REDUCE_SCATTER (elements received) and ALL_GATHER (elements sent), the block per peer for
+// ALL_TO_ALL. BROADCAST works in place on `recv` (the root's data there; `send` is NULL), as
+// MPI_Bcast. Returns 0, or non-zero after printing the library's error.
 int peerRun(Coll coll, const float* send, float* recv, size_t count, int root);
 
 // The text after "# Library: " in the header: the library, its version and its configuration.
