@@ -5,12 +5,11 @@
 //   mpirun.mpich -n 2 compare-mpich <collective> [flags]
 //
 // collective: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block), all_gather
-// (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce), alltoall (MPI_Alltoall). Flags as chorus-perf: -b -e -i -f -n -w -c -d -o -r --json;
-// -d float and -o sum only.
-// Compiled with COMPARE_PEER_SYSTEM="<name>", the same program times another library's collectives
-// (peer_backend.h; compare-oneccl, with ccl_bench.cpp) and keeps MPI for the rest: launch, ranks,
-// barrier, maximum time, checks and header.
-// Everything follows chorus-perf (see bench/chorus_perf.cpp):
+// (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce), alltoall (MPI_Alltoall). Flags as chorus-perf:
+// -b -e -i -f -n -w -c -d -o -r --json; -d float and -o sum only. Compiled with COMPARE_PEER_SYSTEM="<name>",
+// the same program times another library's collectives (peer_backend.h; compare-oneccl, with ccl_bench.cpp)
+// and keeps MPI for the rest: launch, ranks, barrier, maximum time, checks and header. Everything follows
+// chorus-perf (see bench/chorus_perf.cpp):
 //   size   bytes of the larger buffer (all_gather's receive, reduce_scatter's send buffer, either of
 //          alltoall's), rounded down so that blocks are multiples of 4 elements; count: the per-rank
 //          block for all_gather and reduce_scatter, the block per peer for alltoall, all elements
@@ -476,7 +475,8 @@ static void printRow(const Options* o, const Shape* s, const HalfResult* h) {
 static void printUsage(void) {
   printf(
       "Usage: %s <collective> [flags]   (started by mpirun)\n"
-      "  collective              " COLL_LIST "\n"
+      "  collective              " COLL_LIST
+      "\n"
       "  -b, --minbytes SIZE     smallest size, suffixes K M G (default 32M)\n"
       "  -e, --maxbytes SIZE     largest size (default 32M, at most 1G)\n"
       "  -i, --stepbytes SIZE    additive step when no factor > 1 is given (default 1M)\n"
@@ -569,9 +569,8 @@ static int parseArgs(int argc, char** argv, Options* o) {
     }
   }
   if (optind != argc - 1) {
-    usageError("%s", optind >= argc
-                         ? "a collective is required: " COLL_LIST
-                         : "exactly one collective expected");
+    usageError("%s",
+               optind >= argc ? "a collective is required: " COLL_LIST : "exactly one collective expected");
     return 2;
   }
   const char* name = argv[optind];
