@@ -5,11 +5,12 @@
 //   mpirun.mpich -n 2 compare-mpich <collective> [flags]
 //
 // collective: all_reduce (MPI_Allreduce), reduce_scatter (MPI_Reduce_scatter_block), all_gather
-// (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce), alltoall (MPI_Alltoall). Flags as chorus-perf:
-// -b -e -i -f -n -w -c -d -o -r --json; -d float and -o sum only. Compiled with COMPARE_PEER_SYSTEM="<name>",
-// the same program times another library's collectives (peer_backend.h; compare-oneccl, with ccl_bench.cpp)
-// and keeps MPI for the rest: launch, ranks, barrier, maximum time, checks and header. Everything follows
-// chorus-perf (see bench/chorus_perf.cpp):
+// (MPI_Allgather), broadcast (MPI_Bcast), reduce (MPI_Reduce), alltoall (MPI_Alltoall). Flags as
+// chorus-perf: -b -e -i -f -n -w -c -d -o -r --json; -d float and -o sum only.
+// Compiled with COMPARE_PEER_SYSTEM="<name>", the same program times another library's collectives
+// (peer_backend.h; compare-oneccl, with ccl_bench.cpp) and keeps MPI for the rest: launch, ranks,
+// barrier, maximum time, checks and header.
+// Everything follows chorus-perf (see bench/chorus_perf.cpp):
 //   size   bytes of the larger buffer (all_gather's receive, reduce_scatter's send buffer, either of
 //          alltoall's), rounded down so that blocks are multiples of 4 elements; count: the per-rank
 //          block for all_gather and reduce_scatter, the block per peer for alltoall, all elements
