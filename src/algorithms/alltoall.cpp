@@ -1,5 +1,6 @@
 // AllToAll: direct (shared staging) and pairwise; AllToAllv pairwise.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "algorithms/common.hpp"
@@ -28,14 +29,28 @@ void allToAllDirect(Context& ctx, const Op& op) {
     return;
   }
   const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
-  const kernels::CopyMode store =
-      outputCopyMode(static_cast<size_t>(n) * op.count * elem, op.send == op.recv);
+  const bool inPlace = op.send == op.recv;
+  const kernels::CopyMode fixed = outputCopyMode(all, inPlace);
+  // Out of place, where all ranks' inputs and outputs reach the non-temporal threshold but this
+  // rank's output does not, each rank times its output stores both ways, streaming first, from the
+  // first synchronisation to its last copy (engine/output_stores.hpp, as the all-gather's); in place
+  // the output overwrites input lines just read, which plain stores find in cache.
+  engine::OutputStores& stores = shared(ctx).outputStores();
+  const bool timed = !inPlace && fixed == kernels::CopyMode::Cached && stores.timed(op.kind, all) &&
+                     streamsFirst(2 * all, n);
+  const kernels::CopyMode store = timed ? stores.next(op.kind, all, kernels::CopyMode::Streaming) : fixed;
+  std::chrono::steady_clock::time_point since{};
+  bool started = false;
   forEachStagedChunk(
       ctx, op.count, chunk, static_cast<size_t>(n) * elem,
       [&](size_t off, size_t ce, size_t place) {
         stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me);
       },
       [&](size_t off, size_t ce, size_t place) {
+        if (timed && !started) {
+          since = std::chrono::steady_clock::now();
+          started = true;
+        }
         for (int k = 0; k < n; ++k) {
           if (k == me) continue;
           copyStaged(ctx, k, at(op.recv, static_cast<size_t>(k) * op.count + off, elem),
@@ -45,11 +60,12 @@ void allToAllDirect(Context& ctx, const Op& op) {
       true,  // short calls are packed through the whole staging area (stagingPacks)
       // This rank's own block goes straight from its input to its output, while the others arrive.
       [&](size_t off, size_t ce) {
-        if (op.send != op.recv) {
+        if (!inPlace) {
           const size_t own = static_cast<size_t>(me) * op.count + off;
           kernels::copy(at(op.recv, own, elem), at(op.send, own, elem), ce * elem, store);
         }
       });
+  if (timed) stores.record(op.kind, all, store, nsSince(since));
 }
 
 namespace {

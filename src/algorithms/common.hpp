@@ -195,13 +195,13 @@ inline kernels::CopyMode outputCopyMode(size_t bytes, bool overwritesInput = fal
                                                            : kernels::CopyMode::Cached;
 }
 
-/// Whether the staged all-gather and allreduce time their output stores (engine/output_stores.hpp),
-/// streaming first, where outputCopyMode says plain stores for this rank's output: where the
-/// buffers all `ranks` ranks of the host touch, `footprint` bytes each (input and output), reach
-/// the non-temporal threshold, since they share the last-level cache. Below it plain stores,
-/// untimed: there a copy with streaming stores timed alone looks cheaper than it is (the lines it
-/// evicts cost the next reader), measured on the AVX2 EPYC VM (docs/performance.md, "Output
-/// stores, timed").
+/// Whether the staged all-gather, allreduce and all-to-all time their output stores
+/// (engine/output_stores.hpp), streaming first, where outputCopyMode says plain stores for this
+/// rank's output: where the buffers all `ranks` ranks of the host touch, `footprint` bytes each
+/// (input and output), reach the non-temporal threshold, since they share the last-level cache.
+/// Below it plain stores, untimed: there a copy with streaming stores timed alone looks cheaper
+/// than it is (the lines it evicts cost the next reader), measured on the AVX2 EPYC VM
+/// (docs/performance.md, "Output stores, timed").
 inline bool streamsFirst(size_t footprint, int ranks) {
   return footprint * static_cast<size_t>(std::max(ranks, 1)) >= topo::ntStoreBytes();
 }

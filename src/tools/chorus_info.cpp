@@ -279,7 +279,7 @@ void printSetup(const Facts& f) {
     std::printf("                   staging slots: %d of %s; short staged calls %s\n", transport::kStageSlots,
                 formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
   }
-  std::printf("                   staged all-gather and allreduce outputs: %s\n",
+  std::printf("                   staged all-gather, allreduce and all-to-all outputs: %s\n",
               env.ntStoreBytes ? "by the threshold per rank (CHORUS_NT_STORE_BYTES set)"
                                : "timed by each rank, streaming first, where all ranks' buffers reach the "
                                  "threshold");

@@ -175,13 +175,16 @@ TEST(OutputStoresProcesses, BothWaysAreExact) {
   if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
   const size_t n = static_cast<size_t>(c.size()), nt = topo::ntStoreBytes();
   // allreduce: inputs and outputs of all ranks, 2 x bytes x n, just reach the threshold; the
-  // all-gather's block b: n ranks x (n + 1) blocks each.
+  // all-gather's block b: n ranks x (n + 1) blocks each; the all-to-all's block per peer b:
+  // n ranks x 2n blocks each.
   const size_t arCount = std::max<size_t>(nt / (2 * n) / 4, engine::OutputStores::kTimedBytes / 4);
   const size_t agCount = std::max<size_t>((nt + 4 * n * (n + 1) - 1) / (4 * n * (n + 1)),
                                           engine::OutputStores::kTimedBytes / 4 / n + 1);
+  const size_t aaCount =
+      std::max<size_t>((nt + 8 * n * n - 1) / (8 * n * n), engine::OutputStores::kTimedBytes / 4 / n + 1);
   constexpr int kCalls = 2 * 2 * engine::TimedChoice::kWarmUp + engine::TimedChoice::kExplore + 2;
-  for (Coll coll : {Coll::AllReduce, Coll::AllGather}) {
-    const size_t count = coll == Coll::AllReduce ? arCount : agCount;
+  for (Coll coll : {Coll::AllReduce, Coll::AllGather, Coll::AllToAll}) {
+    const size_t count = coll == Coll::AllReduce ? arCount : coll == Coll::AllGather ? agCount : aaCount;
     for (int i = 0; i < kCalls; ++i) {
       const Case k{coll, DataType::Float32, i % 2 ? ReduceOp::Avg : ReduceOp::Sum, count, false, 0};
       std::string report;
@@ -193,7 +196,9 @@ TEST(OutputStoresProcesses, BothWaysAreExact) {
   const struct {
     OpKind kind;
     size_t output;
-  } classes[] = {{OpKind::AllReduce, arCount * 4}, {OpKind::AllGather, agCount * 4 * n}};
+  } classes[] = {{OpKind::AllReduce, arCount * 4},
+                 {OpKind::AllGather, agCount * 4 * n},
+                 {OpKind::AllToAll, aaCount * 4 * n}};
   for (const auto& k : classes) {
     const double streaming = stores.nsPerKiB(k.kind, k.output, kernels::CopyMode::Streaming);
     const double plain = stores.nsPerKiB(k.kind, k.output, kernels::CopyMode::Cached);

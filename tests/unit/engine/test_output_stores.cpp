@@ -1,5 +1,5 @@
-// engine::OutputStores: plain or streaming stores for the outputs the staged all-gather and
-// allreduce copy out, chosen by each rank from its own timings (made-up ones here): each size class
+// engine::OutputStores: plain or streaming stores for the outputs the staged all-gather, allreduce
+// and all-to-all copy out, chosen by each rank from its own timings (made-up ones here): each size class
 // and collective on its own, the preferred way first, the faster one kept; small outputs, other
 // collectives and an untimed instance (CHORUS_NT_STORE_BYTES set) always take the preferred way.
 #include <gtest/gtest.h>
@@ -70,9 +70,15 @@ TEST(OutputStores, ClassesAndCollectivesAreTimedApart) {
   EXPECT_EQ(s.current(OpKind::AllGather, 4 * M), CopyMode::Streaming);
   EXPECT_EQ(s.current(OpKind::AllGather, 4 * M + 12345), CopyMode::Streaming);  // the same log2 class
   EXPECT_EQ(s.current(OpKind::AllGather, 16 * M), CopyMode::Cached);
-  // Nothing learnt for the allreduce of the same size: its first call takes the preferred way.
+  // Nothing learnt for the allreduce or the all-to-all of the same size: their first call takes the
+  // preferred way; the all-to-all's own timings stay its own.
   EXPECT_FALSE(s.current(OpKind::AllReduce, 4 * M).has_value());
   EXPECT_EQ(s.next(OpKind::AllReduce, 4 * M, CopyMode::Cached), CopyMode::Cached);
+  EXPECT_FALSE(s.current(OpKind::AllToAll, 4 * M).has_value());
+  run(s, OpKind::AllToAll, 4 * M, CopyMode::Streaming, kWarm + 4,
+      [](CopyMode m) { return m == CopyMode::Streaming ? 300 : 100; });
+  EXPECT_EQ(s.current(OpKind::AllToAll, 4 * M), CopyMode::Cached);
+  EXPECT_EQ(s.current(OpKind::AllGather, 4 * M), CopyMode::Streaming);
 }
 
 TEST(OutputStores, UntimedCallsTakeThePreferredWay) {
