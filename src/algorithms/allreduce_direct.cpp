@@ -161,7 +161,7 @@ void allReduceStaged(Context& ctx, const Op& op) {
   // has two chunks at most, in two places apart.
   std::optional<Chunk> reduced;  // reduced, waiting for the next synchronisation to be copied out
   std::array<size_t, transport::kStageSlots> slotCe{};  // the length of the chunk last staged in each slot
-  const bool packed = stagingPacks(shm, (op.count + chunk - 1) / chunk, true);
+  const bool packed = stagingPacks(shm, (op.count + chunk - 1) / chunk, Packing::ShortCalls);
   for (size_t off = 0; off < op.count; off += chunk) {
     const size_t ce = std::min(chunk, op.count - off);
     const Chunk c{off, ce, shared(ctx).nextStageOffset(ce * elem, packed)};
@@ -237,7 +237,7 @@ void allReduceOneShot(Context& ctx, const Op& op) {
         for (int k = 0; k < n; ++k) srcs[static_cast<size_t>(k)] = shm.stageAt(k, place);
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n));
       },
-      true);  // short calls are packed through the whole staging area (stagingPacks)
+      Packing::ShortCalls);  // short calls are packed through the whole staging area (stagingPacks)
 }
 
 // AllReduce, low latency: chunks of up to llCapacity() bytes go through the low-latency lines

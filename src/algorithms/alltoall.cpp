@@ -57,7 +57,7 @@ void allToAllDirect(Context& ctx, const Op& op) {
                      shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
         }
       },
-      true,  // short calls are packed through the whole staging area (stagingPacks)
+      Packing::Always,  // every call's chunks packed through the whole staging area (stagingPacks)
       // This rank's own block goes straight from its input to its output, while the others arrive.
       [&](size_t off, size_t ce) {
         if (!inPlace) {

@@ -40,7 +40,7 @@ void broadcastDirect(Context& ctx, const Op& op) {
         if (me != op.root)
           copyStaged(ctx, op.root, at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
       },
-      true,                         // short calls are packed through the whole staging area (stagingPacks)
+      Packing::Always,  // every call's chunks packed through the whole staging area (stagingPacks)
       [&](size_t off, size_t ce) {  // else the root's own copy, while the others arrive
         if (rootCopies && !samePass(ce))
           kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);

@@ -41,19 +41,21 @@ inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, s
   return per >= line ? per / line * line : (per ? per : 1);
 }
 
-/// Whether a call's chunks are packed one after another through the whole staging area
-/// (engine::StagePlacement::nextPacked) rather than alternating between slots 0 and 1: a call of
-/// one or two chunks (`packs`: where its collective gains from it) where the ranks have a core each
-/// (ShmGroup::stagingRotates). A rank rewriting staging lines that a peer read last and still
-/// holds in its L2 writes them several times slower than lines the peer has let go
-/// (docs/performance.md, "Staging slots"). Between two uses of a slot in a long call the peers have
-/// read a chunk of the other, which pushes much of the first out of their L2 already; back-to-back
-/// short calls would come back to the same lines every other chunk. Measured on the AVX-512 EPYC
-/// VM, 2 ranks, against two slots in turn: the all-to-all and the broadcast of 256 KiB-1 MiB
-/// 1.1-2.1x faster, the reduce-scatter of 256 KiB 1.8-1.9x, the all-gather of 256 KiB 1.2-1.4x but
-/// of 1 MiB 4-7% slower (so it packs blocks of up to half a slot).
-inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, bool packs) {
-  return packs && chunks <= 2 && shm.stagingRotates();
+/// Which calls of a collective pack their chunks one after another through the whole staging
+/// area (engine::StagePlacement::nextPacked) rather than alternating between slots 0 and 1, where
+/// the ranks have a core each (ShmGroup::stagingRotates): none, calls of one or two chunks, or
+/// every call. A rank rewriting staging lines that a peer read last and still holds in its L2
+/// writes them several times slower than lines the peer has let go (docs/performance.md, "Staging
+/// slots"). Measured on the AVX-512 EPYC VM, 2 ranks, against two slots in turn: short calls, the
+/// all-to-all and the broadcast of 256 KiB-1 MiB 1.1-2.1x faster, the reduce-scatter of 256 KiB
+/// 1.8-1.9x, the all-gather of 256 KiB 1.2-1.4x but of 1 MiB 4-7% slower (so it packs blocks of up
+/// to half a slot); every call (2026-12-07, near placement), the broadcast of 2 MiB 1.5-1.9x faster,
+/// the reduce and the in-place all-to-all of 2-16 MiB 1.25-1.9x, the reduce-scatter of 2-8 MiB
+/// 1.1-1.4x, while the allreduce lost 5-12% and the all-gather held (those two pack short calls).
+enum class Packing { None, ShortCalls, Always };
+inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, Packing packing) {
+  return (packing == Packing::Always || (packing == Packing::ShortCalls && chunks <= 2)) &&
+         shm.stagingRotates();
 }
 
 /// The shape of every direct algorithm: for each chunk of at most `chunk` elements (offset `off`,
@@ -61,14 +63,14 @@ inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, bool pac
 /// chunk, at byte `place` of its staging area (ShmGroup::stageAt), all ranks synchronise, and
 /// `consume(off, ce, place)` reads what the peers staged at the same place of theirs. A chunk never
 /// overlaps the chunk before, so its staging cannot overwrite data a slower peer is still reading
-/// (see shm_group.hpp; engine/stage_placement.hpp). `packs`: stagingPacks. `local(off, ce)`, where
+/// (see shm_group.hpp; engine/stage_placement.hpp). `packing`: stagingPacks. `local(off, ce)`, where
 /// given, runs between this rank's arrival and its wait for the others (ShmSync::arrive, waitAll):
 /// work on its own buffers only, such as copying its own block to its output, which then hides the
 /// flags' trip between the cores instead of following it.
 template <typename Stage, typename Consume, typename Local>
 void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowBytes, Stage&& stage,
-                        Consume&& consume, bool packs, Local&& local) {
-  const bool packed = stagingPacks(shared(ctx).group(), (count + chunk - 1) / chunk, packs);
+                        Consume&& consume, Packing packing, Local&& local) {
+  const bool packed = stagingPacks(shared(ctx).group(), (count + chunk - 1) / chunk, packing);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t ce = std::min(chunk, count - off);
     const size_t place = shared(ctx).nextStageOffset(ce * rowBytes, packed);
@@ -81,8 +83,8 @@ void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowByte
 }
 template <typename Stage, typename Consume>
 void forEachStagedChunk(Context& ctx, size_t count, size_t chunk, size_t rowBytes, Stage&& stage,
-                        Consume&& consume, bool packs) {
-  forEachStagedChunk(ctx, count, chunk, rowBytes, stage, consume, packs, [](size_t, size_t) {});
+                        Consume&& consume, Packing packing) {
+  forEachStagedChunk(ctx, count, chunk, rowBytes, stage, consume, packing, [](size_t, size_t) {});
 }
 
 /// Nanoseconds since `start` (steady clock), for the timed choices.

@@ -34,7 +34,7 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
           kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
                           store);
         },
-        true);  // short calls are packed through the whole staging area (stagingPacks)
+        Packing::Always);  // every call's chunks packed through the whole staging area (stagingPacks)
   };
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy
