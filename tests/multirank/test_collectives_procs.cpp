@@ -211,6 +211,28 @@ TEST(OutputStoresProcesses, BothWaysAreExact) {
   }
 }
 
+// A communicator of its own over every rank of comm(), whose copies into staging nothing has timed
+// yet; none, with `why`, where the ranks are not all on one host with shared memory (the staged
+// algorithms are a host's) or the copies into staging are not timed (CHORUS_STAGE_COPY set). Every
+// rank answers alike.
+std::optional<Communicator> freshHostComm(std::string& why) {
+  Communicator& world = comm();
+  engine::ShmSync* one = world.impl()->sharedMemory();
+  if (world.size() < 2 || !one || one->group().size() != world.size()) {
+    why = "the ranks are not all on one host with shared memory (run under chorusrun -n 2 or more)";
+    return std::nullopt;
+  }
+  std::optional<Communicator> c = world.split(0, world.rank());
+  if (!c) {
+    ADD_FAILURE() << "rank " << world.rank() << ": split(0, rank) gave no communicator";
+  } else if (engine::ShmSync* sm = c->impl()->sharedMemory();
+             !sm->stagingWrites().copyTimed(sm->group().stageSlotBytes())) {
+    why = "copies into staging not timed (CHORUS_STAGE_COPY=" + envConfig().stageCopy + ")";
+    c.reset();
+  }
+  return c;
+}
+
 // Out of place, the staged all-gather and the root of a staged broadcast write their own input to
 // their output in the same pass as into staging (algo::stageCopy's `own`, from
 // algo::kOwnInSamePassFrom bytes a chunk), and time those copies apart from the copies into
@@ -218,18 +240,11 @@ TEST(OutputStoresProcesses, BothWaysAreExact) {
 // goes beside, and a broadcast's other ranks stage nothing. A communicator of its own starts with
 // none of them timed.
 TEST(StagingCopiesProcesses, OwnOutputGoesInTheSamePass) {
-  Communicator& world = comm();
-  ASSERT_GE(world.size(), 2) << "run this test under chorusrun -n 2 (or more)";
-  engine::ShmSync* one = world.impl()->sharedMemory();
-  if (!one || one->group().size() != world.size())
-    GTEST_SKIP() << "the ranks are not all on one host (the staged algorithms are a host's)";
-  std::optional<Communicator> c = world.split(0, world.rank());
-  ASSERT_TRUE(c.has_value());
+  std::string why;
+  std::optional<Communicator> c = freshHostComm(why);
+  if (!c) GTEST_SKIP() << why;
   engine::ShmSync* sm = c->impl()->sharedMemory();
-  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
   if (sm->peerReadsEnabled()) GTEST_SKIP() << "heap buffers are read in place here (single copy), not staged";
-  if (!sm->stagingWrites().copyTimed(sm->group().stageSlotBytes()))
-    GTEST_SKIP() << "copies into staging not timed (CHORUS_STAGE_COPY=" << envConfig().stageCopy << ")";
   const int me = c->rank(), last = c->size() - 1;
   const engine::StagingWrites& writes = sm->stagingWrites();
   const auto timed = [&](bool withOwn) {
@@ -257,17 +272,10 @@ TEST(StagingCopiesProcesses, OwnOutputGoesInTheSamePass) {
 // The staged reduce: the other ranks stage their inputs, the root reduces its own straight from its
 // input (in place too) and stages nothing, so only the others time copies into staging.
 TEST(StagingCopiesProcesses, ReduceRootStagesNothing) {
-  Communicator& world = comm();
-  ASSERT_GE(world.size(), 2) << "run this test under chorusrun -n 2 (or more)";
-  engine::ShmSync* one = world.impl()->sharedMemory();
-  if (!one || one->group().size() != world.size())
-    GTEST_SKIP() << "the ranks are not all on one host (the staged algorithms are a host's)";
-  std::optional<Communicator> c = world.split(0, world.rank());
-  ASSERT_TRUE(c.has_value());
+  std::string why;
+  std::optional<Communicator> c = freshHostComm(why);
+  if (!c) GTEST_SKIP() << why;
   engine::ShmSync* sm = c->impl()->sharedMemory();
-  if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
-  if (!sm->stagingWrites().copyTimed(sm->group().stageSlotBytes()))
-    GTEST_SKIP() << "copies into staging not timed (CHORUS_STAGE_COPY=" << envConfig().stageCopy << ")";
   const int me = c->rank(), root = c->size() - 1;
   const engine::StagingWrites& writes = sm->stagingWrites();
   for (bool inPlace : {false, true}) {
