@@ -6,10 +6,13 @@
 // still be reading (shm_group.hpp). Within that rule the places are chosen for speed. A rank
 // rewriting staging lines that a peer read last and still holds in its L2 writes them several
 // times slower than lines the peer has let go (docs/performance.md, "Staging slots"):
-//   - a long call's chunks alternate between slots 0 and 1: between two uses of a slot its peers
-//     read a whole chunk of the other, which pushes most of the first out of their L2;
-//   - a short call's chunks are packed one after another through the whole area, so back-to-back
-//     short calls walk through all of it before they write a line again, however small they are.
+//   - a long allreduce's or all-gather's chunks alternate between slots 0 and 1: between two uses of
+//     a slot its peers read a whole chunk of the other, which pushes most of the first out of their
+//     L2;
+//   - a short call's chunks, and every call's of the collectives that gain from it (the broadcast,
+//     reduce, reduce-scatter and all-to-all: algo::stagingPacks), are packed one after another
+//     through the whole area, so back-to-back calls walk through all of it before they write a
+//     line again, however small they are.
 #pragma once
 
 #include <cstddef>

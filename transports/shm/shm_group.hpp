@@ -8,8 +8,8 @@
 //     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
 //   - the staging area for direct algorithms: kStageSlots slots of half the staging size, which a
-//     long call's chunks alternate between (two of them) and short calls' chunks are packed
-//     through (all; engine/stage_placement.hpp).
+//     long allreduce's or all-gather's chunks alternate between (two of them) and other calls'
+//     chunks are packed through (all; engine/stage_placement.hpp).
 // Segments are created and reserved, announced through the store, mapped by every peer, then
 // unlinked once all ranks have mapped them: after init nothing of the job is left in /dev/shm.
 // A set-up that fails, or whose creator dies before unlinking, leaves nothing either (shm_names.hpp).
