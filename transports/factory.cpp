@@ -176,7 +176,7 @@ std::unique_ptr<ShmGroup> makeShmGroup(Store& store, const std::string& tag, con
   shm.jobTag = tag;
   shm.fifoBytes = options.fifoBytes;
   shm.stageBytes = options.stageBytes;
-  shm.stagingRotates = options.stagingRotates;
+  shm.ranksPerCore = options.ranksPerCore;
   shm.timeout = options.timeout;
   shm.throwIfPeerFailed = options.throwIfPeerFailed;
   shm.noPeerReads = options.noPeerReads;

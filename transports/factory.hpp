@@ -38,9 +38,9 @@ struct ConnectOptions {
   std::vector<int> peerPids;  // by rank: a process this one can watch (same pid namespace), else 0
   size_t fifoBytes = 0;       // shared-memory pipe and staging sizes (the same on every rank)
   size_t stageBytes = 0;
-  /// Whether short staged calls may be packed through all staging slots (ShmGroupOptions; group
-  /// rank 0's value holds).
-  bool stagingRotates = false;
+  /// The host's ranks per core, rounded up: which staged calls are packed through all staging slots
+  /// (ShmGroupOptions; group rank 0's value holds).
+  int ranksPerCore = 1;
   std::chrono::milliseconds timeout{0};
   /// The kinds this rank offers between hosts ("tcp", "ucx,tcp"); empty: chosen from what is there.
   std::string net;

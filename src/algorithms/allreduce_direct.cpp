@@ -117,9 +117,9 @@ void allReduceStaged(Context& ctx, const Op& op) {
   // VM, 2026-12-07: 1.3x faster from 256 KiB to 2 MiB). Not where the output streams: written 16
   // KiB at a time beside the staging writes, the out-of-place allreduce of 16 MiB then took 10%
   // longer than with the slice streamed out of staging after the next synchronisation. Nor where
-  // ranks share cores (ShmGroup::stagingRotates() false): 4 ranks on the 2 vCPUs took 5-12% longer
+  // ranks share cores (ShmGroup::ownCores() false): 4 ranks on the 2 vCPUs took 5-12% longer
   // at 256 KiB and 2 MiB (docs/performance.md, "Its own slice straight to its output").
-  const bool ownAtReduce = store != kernels::CopyMode::Streaming && shm.stagingRotates();
+  const bool ownAtReduce = store != kernels::CopyMode::Streaming && shm.ownCores();
   auto reduce = [&](const Chunk& c) {
     const auto [so, end] = myRange(c.ce);
     if (end == so) return;

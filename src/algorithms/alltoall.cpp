@@ -57,7 +57,9 @@ void allToAllDirect(Context& ctx, const Op& op) {
                      shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem, ce * elem, store);
         }
       },
-      Packing::Always,  // every call's chunks packed through the whole staging area (stagingPacks)
+      // Packed through the whole staging area: every call, the short ones where ranks share cores
+      // (stagingPacks).
+      Packing::Always,
       // This rank's own block goes straight from its input to its output, while the others arrive.
       [&](size_t off, size_t ce) {
         if (!inPlace) {

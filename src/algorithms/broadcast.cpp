@@ -40,8 +40,10 @@ void broadcastDirect(Context& ctx, const Op& op) {
         if (me != op.root)
           copyStaged(ctx, op.root, at(op.recv, off, elem), shm.stageAt(op.root, place), ce * elem, store);
       },
-      Packing::Always,  // every call's chunks packed through the whole staging area (stagingPacks)
-      [&](size_t off, size_t ce) {  // else the root's own copy, while the others arrive
+      // Packed through the whole staging area: every call, the short ones where ranks share cores
+      // (stagingPacks). Then the local step: else the root's own copy, while the others arrive.
+      Packing::Always,
+      [&](size_t off, size_t ce) {
         if (rootCopies && !samePass(ce))
           kernels::copy(at(op.recv, off, elem), at(op.send, off, elem), ce * elem, store);
       });

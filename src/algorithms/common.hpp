@@ -42,20 +42,31 @@ inline size_t stageChunkElems(const transport::ShmGroup& shm, size_t elemSize, s
 }
 
 /// Which calls of a collective pack their chunks one after another through the whole staging
-/// area (engine::StagePlacement::nextPacked) rather than alternating between slots 0 and 1, where
-/// the ranks have a core each (ShmGroup::stagingRotates): none, calls of one or two chunks, or
-/// every call. A rank rewriting staging lines that a peer read last and still holds in its L2
-/// writes them several times slower than lines the peer has let go (docs/performance.md, "Staging
-/// slots"). Measured on the AVX-512 EPYC VM, 2 ranks, against two slots in turn: short calls, the
-/// all-to-all and the broadcast of 256 KiB-1 MiB 1.1-2.1x faster, the reduce-scatter of 256 KiB
-/// 1.8-1.9x, the all-gather of 256 KiB 1.2-1.4x but of 1 MiB 4-7% slower (so it packs blocks of up
-/// to half a slot); every call (2026-12-07, near placement), the broadcast of 2 MiB 1.5-1.9x faster,
-/// the reduce and the in-place all-to-all of 2-16 MiB 1.25-1.9x, the reduce-scatter of 2-8 MiB
-/// 1.1-1.4x, while the allreduce lost 5-12% and the all-gather held (those two pack short calls).
+/// area (engine::StagePlacement::nextPacked) rather than alternating between slots 0 and 1: none,
+/// calls of one or two chunks, or every call. A rank rewriting staging lines that a peer read last
+/// and still holds in its L2 writes them several times slower than lines the peer has let go
+/// (docs/performance.md, "Staging slots"). Measured on the AVX-512 EPYC VM against two slots in
+/// turn, 2 ranks: short calls, the all-to-all and the broadcast of 256 KiB-1 MiB 1.1-2.1x faster,
+/// the reduce-scatter of 256 KiB 1.8-1.9x, the all-gather of 256 KiB 1.2-1.4x but of 1 MiB 4-7%
+/// slower (so it packs blocks of up to half a slot); every call (2026-12-07, near placement), the
+/// broadcast of 2 MiB 1.5-1.9x faster, the reduce and the in-place all-to-all of 2-16 MiB
+/// 1.25-1.9x, the reduce-scatter of 2-8 MiB 1.1-1.4x, while the allreduce lost 5-12% and the
+/// all-gather held (those two pack short calls).
 enum class Packing { None, ShortCalls, Always };
+/// That is where every rank has a core of its own (`ranksPerCore` 1: ShmGroup::ranksPerCore, rank
+/// 0's verdict). With two ranks a core only the short calls of the collectives that pack every
+/// call: 4 ranks on the 2 vCPUs (2026-12-07, sixth session), the reduce-scatter, reduce and
+/// all-to-all of 32 and 256 KiB 1.05-1.8x faster, the broadcast even; their calls of 2 and 16 MiB
+/// up to 25% slower packed, the allreduce of 256 KiB 12% slower with its short calls packed, the
+/// all-gather even. With more, none: 8 ranks on the 2 vCPUs, the same short calls 1.1-1.5x slower
+/// packed.
+inline bool stagingPacks(int ranksPerCore, size_t chunks, Packing packing) {
+  const bool shortCall = chunks <= 2;
+  if (ranksPerCore == 1) return packing == Packing::Always || (packing == Packing::ShortCalls && shortCall);
+  return ranksPerCore == 2 && packing == Packing::Always && shortCall;
+}
 inline bool stagingPacks(const transport::ShmGroup& shm, size_t chunks, Packing packing) {
-  return (packing == Packing::Always || (packing == Packing::ShortCalls && chunks <= 2)) &&
-         shm.stagingRotates();
+  return stagingPacks(shm.ranksPerCore(), chunks, packing);
 }
 
 /// The shape of every direct algorithm: for each chunk of at most `chunk` elements (offset `off`,

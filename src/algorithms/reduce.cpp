@@ -27,7 +27,9 @@ void reduceDirect(Context& ctx, const Op& op) {
           srcs[static_cast<size_t>(k)] = k == me ? at(op.send, off, elem) : shm.stageAt(k, place);
         kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), store);
       },
-      Packing::Always);  // every call's chunks packed through the whole staging area (stagingPacks)
+      // Packed through the whole staging area: every call, the short ones where ranks share cores
+      // (stagingPacks).
+      Packing::Always);
 }
 
 void reducePipeline(Context& ctx, const Op& op) {

@@ -34,7 +34,9 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
           kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
                           store);
         },
-        Packing::Always);  // every call's chunks packed through the whole staging area (stagingPacks)
+        // Packed through the whole staging area: every call, the short ones where ranks share cores
+        // (stagingPacks).
+        Packing::Always);
   };
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy

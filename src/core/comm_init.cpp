@@ -193,11 +193,10 @@ void CommImpl::init(std::shared_ptr<Store> store, std::shared_ptr<void> keepAliv
     options.peerPids = watchablePids(hosts_, me, nullptr);
     options.fifoBytes = config_.shmFifoBytes;
     options.stageBytes = config_.shmStageBytes;
-    // Short staged calls are packed through all four staging slots where every rank has a core of
-    // its own (measured with 2 ranks on 2 cores: the reduce-scatter, all-to-all and broadcast
-    // 1.1-2.1x faster at 256 KiB-1 MiB; rotating with 4 ranks on 2 cores showed no gain). Rank 0's
-    // verdict holds for all (algo::stagingPacks).
-    options.stagingRotates = localRanks <= cores;
+    // Which staged calls are packed through all four staging slots follows the ranks per core
+    // (algo::stagingPacks: measured with 2, 4 and 8 ranks on 2 cores). Rank 0's verdict holds for
+    // all.
+    options.ranksPerCore = (localRanks + cores - 1) / std::max(cores, 1);
     options.timeout = timeout;
     options.net = config_.net;
     options.tcpOnly = config_.transport == "tcp";

@@ -141,9 +141,9 @@ Facts gather(int ranks) {
   return f;
 }
 
-// How this tool's communicator places short staged calls (algo::stagingPacks): packed through the
-// whole staging area or in two slots in turn, with the ranks and cores rank 0 decided from; ""
-// where the ranks have no shared memory.
+// How this tool's communicator places staged calls (algo::stagingPacks): which are packed through
+// the whole staging area and which go to two slots in turn, with the ranks and cores rank 0 decided
+// from; "" where the ranks have no shared memory.
 std::string stagingSlotsNote(const Facts& f) {
   using namespace chorus;
   engine::ShmSync* sm = f.comms[0].impl()->sharedMemory();
@@ -151,9 +151,16 @@ std::string stagingSlotsNote(const Facts& f) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return strCat(sm->group().stagingRotates() ? std::string("packed one after another through all of them")
-                                             : std::string("in two in turn"),
-                " (", f.ranks, " ranks on ", cores, " cores)");
+  const int perCore = sm->group().ranksPerCore();
+  return strCat(perCore == 1 ? std::string("every staged call of the broadcast, reduce, reduce-scatter and "
+                                           "all-to-all, the short ones of the rest, packed one after another "
+                                           "through all of them")
+                : perCore == 2
+                    ? std::string("the short staged calls of the broadcast, reduce, reduce-scatter and "
+                                  "all-to-all packed one after another through all of them, the rest in "
+                                  "two in turn")
+                    : std::string("every staged call in two in turn"),
+                " (", f.ranks, " ranks on ", cores, cores == 1 ? " core)" : " cores)");
 }
 
 void printJson(const Facts& f) {
@@ -276,7 +283,7 @@ void printSetup(const Facts& f) {
               env.shmStageBytes ? "CHORUS_SHM_STAGE_BYTES" : topo::localStageChoice().basis.c_str(),
               formatBytes(t.stageBytes).c_str());
   if (const std::string slots = stagingSlotsNote(f); !slots.empty()) {
-    std::printf("                   staging slots: %d of %s; short staged calls %s\n", transport::kStageSlots,
+    std::printf("                   staging slots: %d of %s; %s\n", transport::kStageSlots,
                 formatBytes(config.shmStageBytes / 2).c_str(), slots.c_str());
   }
   std::printf("                   staged all-gather, allreduce and all-to-all outputs: %s\n",

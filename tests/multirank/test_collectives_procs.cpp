@@ -95,22 +95,22 @@ TEST(SingleCopySetUp, EveryRankAgreesOnTheMeasuredSpeed) {
   }
 }
 
-// Whether short staged calls are packed through the whole staging area (algo::stagingPacks): rank 0
-// decides from its ranks and cores and every rank takes its verdict, since all must put each chunk
-// in the same place. Here all ranks are on this host: packing exactly where they have a core each.
+// Which staged calls are packed through the whole staging area (algo::stagingPacks) follows the
+// host's ranks per core: rank 0 counts them and every rank takes its verdict, since all must put
+// each chunk in the same place. Here all ranks are on this host: ranks / cores, rounded up.
 TEST(StageSlotsSetUp, EveryRankTakesRankZerosVerdict) {
   Communicator& c = comm();
   engine::ShmSync* sm = c.impl()->sharedMemory();
   if (!sm) GTEST_SKIP() << "no shared memory between these ranks";
   const transport::ShmGroup& g = sm->group();
-  const int32_t mine = g.stagingRotates() ? 1 : 0;
+  const int32_t mine = g.ranksPerCore();
   std::vector<int32_t> all(static_cast<size_t>(c.size()));
   c.allGather(&mine, all.data(), 1, DataType::Int32);
   for (int r = 0; r < c.size(); ++r) EXPECT_EQ(all[static_cast<size_t>(r)], mine) << "rank " << r;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   ASSERT_EQ(sched_getaffinity(0, sizeof cpus, &cpus), 0);
-  EXPECT_EQ(mine == 1, c.size() <= CPU_COUNT(&cpus))
+  EXPECT_EQ(mine, (c.size() + CPU_COUNT(&cpus) - 1) / CPU_COUNT(&cpus))
       << c.size() << " ranks on " << CPU_COUNT(&cpus) << " cores";
 }
 

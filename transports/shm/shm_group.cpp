@@ -91,8 +91,8 @@ struct ShmGroup::Header {
   // Group rank 0 only, written before its verdict: cross-memory attach's speed relative to memcpy
   // in thousandths (0: not measured, and then not a reason to stage).
   uint32_t peerReadPermille;
-  // Group rank 0 only, written before its verdict: ShmGroupOptions::stagingRotates (1 or 0).
-  uint32_t stagingRotates;
+  // Group rank 0 only, written before its verdict: ShmGroupOptions::ranksPerCore.
+  uint32_t ranksPerCore;
 };
 
 ShmGroup::Header* ShmGroup::header(int r) const {
@@ -202,7 +202,7 @@ void ShmGroup::mapSegments(Store& store, const ShmGroupOptions& options) {
     }
   }
   // Released with rank 0's verdict on in-place reads (probePeers), read back in agreePeerReads.
-  if (rank == 0) header(0)->stagingRotates = options.stagingRotates ? 1 : 0;
+  if (rank == 0) header(0)->ranksPerCore = static_cast<uint32_t>(std::max(options.ranksPerCore, 1));
   probePeers(options.noPeerReads, options.peerReadsRegardless);
   // Everyone has mapped every segment: remove the names so nothing outlives the job, even kill -9.
   store.setString(strCat(keyBase, "mapped/", rank), "1");
@@ -250,8 +250,9 @@ void ShmGroup::probePeers(const std::string& noPeerReads, bool regardless) {
 
 void ShmGroup::agreePeerReads() {
   // Acquires what rank 0 wrote before its verdict: its staging policy holds for all.
-  stagingRotates_ =
-      header(0)->peerReads.load(std::memory_order_acquire) != 0 && header(0)->stagingRotates != 0;
+  ranksPerCore_ = header(0)->peerReads.load(std::memory_order_acquire) != 0
+                      ? static_cast<int>(std::min<uint32_t>(header(0)->ranksPerCore, 1u << 20))
+                      : 0;
   peerReadable_ = true;
   for (int r = 0; r < nranks_ && peerReadable_; ++r) {
     const Header* h = header(r);

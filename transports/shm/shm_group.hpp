@@ -53,11 +53,10 @@ struct ShmGroupOptions {
   std::string jobTag;  // unique per communicator (hex of its random id)
   size_t fifoBytes = 0;
   size_t stageBytes = 0;
-  /// Whether the short staged calls of the collectives that gain from it pack their chunks through
-  /// all kStageSlots (algo::stagingPacks): measured where every rank has a core of its own, not
-  /// where they share cores. Group rank 0's value holds for every rank (stagingRotates()), as the
-  /// places a chunk goes to must agree.
-  bool stagingRotates = false;
+  /// The host's ranks per core it may run on, rounded up (1: a core each), which decides the staged
+  /// calls that pack their chunks through all kStageSlots (algo::stagingPacks). Group rank 0's
+  /// value holds for every rank (ranksPerCore()), as the places a chunk goes to must agree.
+  int ranksPerCore = 1;
   std::chrono::milliseconds timeout{0};
   /// By group rank: the process id of each peer whose liveness this process can watch (same pid
   /// namespace, another process), else 0. A peer that exits during set-up stops it at once.
@@ -203,8 +202,11 @@ class ShmGroup final : public Transport {
   /// first rank times both ways read in place (engine/single_copy_choice.hpp). The same answer
   /// on every rank.
   bool peerReadsFast() const { return peerReadsFast_; }
-  /// Group rank 0's ShmGroupOptions::stagingRotates, the same on every rank.
-  bool stagingRotates() const { return stagingRotates_; }
+  /// Group rank 0's ShmGroupOptions::ranksPerCore, the same on every rank (0 where it published
+  /// none, which packs nothing).
+  int ranksPerCore() const { return ranksPerCore_; }
+  /// Every rank of the host has a core of its own (ranksPerCore() 1).
+  bool ownCores() const { return ranksPerCore_ == 1; }
   /// Why not (readable, or fast), when not ("rank 1 offers no in-place reads (CHORUS_CMA=0)",
   /// "rank 0 cannot read rank 1: process 123 refused it: ...", "cross-memory attach copies at 25%
   /// of memcpy's rate here ..."); empty otherwise.
@@ -238,7 +240,7 @@ class ShmGroup final : public Transport {
   std::vector<int> remotePids_;  // index = rank; 0 = this process
   bool peerReadable_ = false;
   bool peerReadsFast_ = false;
-  bool stagingRotates_ = false;
+  int ranksPerCore_ = 0;
   double peerReadSpeed_ = 0;
   std::string peerReadNote_;
 };
