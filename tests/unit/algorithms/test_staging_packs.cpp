@@ -20,7 +20,7 @@ TEST(StagingPacks, WithACoreEachEveryCallOrTheShortOnes) {
 }
 
 // Two ranks a core: only the short calls of the collectives that pack every call (4 ranks on 2
-// cores: those 1.1-1.65x faster packed, their long calls and the allreduce's short ones slower).
+// cores: those 1.05-1.8x faster packed, their long calls and the allreduce's short ones slower).
 TEST(StagingPacks, TwoRanksACorePackOnlyTheShortCallsOfAlways) {
   for (size_t chunks : {1, 2, 3, 64}) {
     EXPECT_EQ(stagingPacks(2, chunks, Packing::Always), chunks <= 2) << chunks << " chunks";
@@ -29,7 +29,7 @@ TEST(StagingPacks, TwoRanksACorePackOnlyTheShortCallsOfAlways) {
   }
 }
 
-// More ranks a core (8 ranks on 2 cores: packed short calls 1.2-1.5x slower), or no verdict
+// More ranks a core (8 ranks on 2 cores: packed short calls 1.1-1.5x slower), or no verdict
 // published (0): nothing packs.
 TEST(StagingPacks, MoreRanksACoreOrNoVerdictPackNothing) {
   for (int perCore : {0, 3, 4, 16}) {
