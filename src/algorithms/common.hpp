@@ -208,7 +208,7 @@ inline kernels::CopyMode outputCopyMode(size_t bytes, bool overwritesInput = fal
                                                            : kernels::CopyMode::Cached;
 }
 
-/// Whether the staged all-gather, allreduce, all-to-all and reduce-scatter time their output stores
+/// Whether the staged all-gather, allreduce and all-to-all time their output stores
 /// (engine/output_stores.hpp), streaming first, where outputCopyMode says plain stores for this
 /// rank's output: where the buffers all `ranks` ranks of the host touch, `footprint` bytes each
 /// (input and output), reach the non-temporal threshold, since they share the last-level cache.

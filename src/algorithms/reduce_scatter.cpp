@@ -1,6 +1,5 @@
 // ReduceScatter: direct (shared staging) and ring.
 #include <algorithm>
-#include <chrono>
 
 #include "algorithms/common.hpp"
 #include "algorithms/cost_model.hpp"
@@ -16,46 +15,28 @@ void reduceScatterDirect(Context& ctx, const Op& op) {
   std::vector<const void*> srcs(static_cast<size_t>(n));
   std::vector<engine::PeerBuffers> peers;
   const size_t sendBytes = static_cast<size_t>(n) * op.count * elem;
-  const size_t outBytes = op.count * elem;
   // The output overwrites this rank's own input block in place: those lines were just read.
-  const bool inPlace = op.recv == at(op.send, static_cast<size_t>(me) * op.count, elem);
-  const kernels::CopyMode store = outputCopyMode(outBytes, inPlace);
+  const kernels::CopyMode store =
+      outputCopyMode(op.count * elem, op.recv == at(op.send, static_cast<size_t>(me) * op.count, elem));
   auto staged = [&] {
     transport::ShmGroup& shm = shared(ctx).group();
     const size_t chunk = stageChunkElems(shm, elem, static_cast<size_t>(n));
-    // Out of place, where all ranks' inputs and outputs reach the non-temporal threshold but this
-    // rank's output does not, each rank times its output stores both ways, streaming first, from
-    // the first synchronisation to its last reduction (engine/output_stores.hpp, as the
-    // all-gather's). On the AVX-512 EPYC VM, 2 ranks, streaming made the call of 16 MiB 1.2x
-    // slower with the vCPUs on one core complex and 1.2x faster on two (docs/performance.md,
-    // "Output stores, timed").
-    engine::OutputStores& stores = shared(ctx).outputStores();
-    const bool timed = !inPlace && store == kernels::CopyMode::Cached && stores.timed(op.kind, outBytes) &&
-                       streamsFirst(sendBytes + outBytes, n);
-    const kernels::CopyMode out =
-        timed ? stores.next(op.kind, outBytes, kernels::CopyMode::Streaming) : store;
-    std::chrono::steady_clock::time_point since{};
-    bool started = false;
     forEachStagedChunk(
         ctx, op.count, chunk, static_cast<size_t>(n) * elem,
         [&](size_t off, size_t ce, size_t place) {
           stageBlocks(ctx, place, op.send, op.count, off, ce, elem, me);
         },
         [&](size_t off, size_t ce, size_t place) {
-          if (timed && !started) {
-            since = std::chrono::steady_clock::now();
-            started = true;
-          }
           for (int k = 0; k < n; ++k)
             srcs[static_cast<size_t>(k)] = shm.stageAt(k, place) + static_cast<size_t>(me) * ce * elem;
           // This rank's own block is read from its input: staging it would only copy it once more.
           srcs[static_cast<size_t>(me)] = at(op.send, static_cast<size_t>(me) * op.count + off, elem);
-          kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n), out);
+          kernels::reduce(at(op.recv, off, elem), srcs.data(), n, ce, op.type, op.op, avgDivisor(op, n),
+                          store);
         },
         // Packed through the whole staging area: every call, the short ones where ranks share cores
         // (stagingPacks).
         Packing::Always);
-    if (timed) stores.record(op.kind, outBytes, out, nsSince(since));
   };
   // Single copy or staging (ordinary buffers): rank 0's verdict travels with its buffers, and
   // rank 0 times the calls each way (engine/single_copy_choice.hpp); the ranges say single copy

@@ -9,18 +9,13 @@ namespace chorus::engine {
 
 bool OutputStores::timed(OpKind kind, size_t outputBytes) const {
   return timed_ && outputBytes >= kTimedBytes &&
-         (kind == OpKind::AllGather || kind == OpKind::AllReduce || kind == OpKind::AllToAll ||
-          kind == OpKind::ReduceScatter);
+         (kind == OpKind::AllGather || kind == OpKind::AllReduce || kind == OpKind::AllToAll);
 }
 
 size_t OutputStores::indexOf(OpKind kind, size_t outputBytes) const {
   if (!timed(kind, outputBytes)) return kNone;
   const size_t cls = static_cast<size_t>(std::bit_width(outputBytes) - 1);
-  const size_t slot = kind == OpKind::AllGather   ? 0
-                      : kind == OpKind::AllReduce ? 1
-                      : kind == OpKind::AllToAll  ? 2
-                                                  : 3;
-  return slot * kClasses + cls;
+  return (kind == OpKind::AllGather ? 0 : kind == OpKind::AllReduce ? kClasses : 2 * kClasses) + cls;
 }
 
 kernels::CopyMode OutputStores::next(OpKind kind, size_t outputBytes, kernels::CopyMode preferred) {

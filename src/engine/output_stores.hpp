@@ -1,16 +1,15 @@
 // How a rank writes the output it copies out of the staging areas (the staged all-gather,
-// allreduce and all-to-all) or reduces from them (the staged reduce-scatter): with plain stores, which leave
-// the output in cache for whoever reads it next, or with streaming (non-temporal) stores, which save every
-// destination line's read for ownership and keep the output from evicting what the ranks read next. Which is
-// faster depends on whether all the host's ranks' buffers fit its last-level cache, and on the machine: on an
-// AVX2-only EPYC VM (L3 8 MiB, copy floor 15-17 GB/s) streaming made the 4-rank all-gather of 2 MiB 1.7x
-// faster and the 2-rank one of 4 MiB 1.5x, while on a Zen 5 EPYC VM (L3 32 MiB) it made the 4-rank one of 8
-// MiB 1.7x slower (docs/performance.md, "Output stores, timed"). So where all ranks' buffers reach the
-// non-temporal threshold but one rank's output does not (algo::streamsFirst), each rank times its calls both
-// ways (from the first synchronisation on: the copies out alone favoured streaming where it made the call
-// slower), per collective and size class, streaming first, and uses the faster (TimedChoice). The results are
-// the same bit for bit either way, so ranks need not agree. With CHORUS_NT_STORE_BYTES set, the threshold
-// alone decides.
+// allreduce and all-to-all): with plain stores, which leave the output in cache for whoever reads it next, or
+// with streaming (non-temporal) stores, which save every destination line's read for ownership and keep the
+// output from evicting what the ranks read next. Which is faster depends on whether all the host's ranks'
+// buffers fit its last-level cache, and on the machine: on an AVX2-only EPYC VM (L3 8 MiB, copy floor 15-17
+// GB/s) streaming made the 4-rank all-gather of 2 MiB 1.7x faster and the 2-rank one of 4 MiB 1.5x, while on
+// a Zen 5 EPYC VM (L3 32 MiB) it made the 4-rank one of 8 MiB 1.7x slower (docs/performance.md, "Output
+// stores, timed"). So where all ranks' buffers reach the non-temporal threshold but one rank's output does
+// not (algo::streamsFirst), each rank times its calls both ways (from the first synchronisation on: the
+// copies out alone favoured streaming where it made the call slower), per collective and size class,
+// streaming first, and uses the faster (TimedChoice). The results are the same bit for bit either way, so
+// ranks need not agree. With CHORUS_NT_STORE_BYTES set, the threshold alone decides.
 #pragma once
 
 #include <array>
@@ -34,8 +33,7 @@ class OutputStores {
   explicit OutputStores(bool timed = true) : timed_(timed) {}
 
   /// Whether a call of `kind` writing `outputBytes` per rank is timed (then next() may differ from
-  /// `preferred` and record() takes its time). Only all-gather, allreduce, all-to-all and
-  /// reduce-scatter are.
+  /// `preferred` and record() takes its time). Only all-gather, allreduce and all-to-all are.
   bool timed(OpKind kind, size_t outputBytes) const;
   /// How to write the next call's output; `preferred` is the way tried first in each class (the
   /// algorithms pass streaming) and the answer for calls not timed.
@@ -61,8 +59,7 @@ class OutputStores {
   size_t indexOf(OpKind kind, size_t outputBytes) const;
 
   bool timed_;
-  // all-gather, allreduce, all-to-all, reduce-scatter
-  std::array<std::optional<TimedChoice>, 4 * kClasses> classes_{};
+  std::array<std::optional<TimedChoice>, 3 * kClasses> classes_{};  // all-gather, allreduce, all-to-all
 };
 
 /// Whether output stores are timed here: CHORUS_NT_STORE_BYTES unset (envConfig()).

@@ -1,8 +1,7 @@
 // engine::OutputStores: plain or streaming stores for the outputs the staged all-gather, allreduce
-// and all-to-all copy out and the staged reduce-scatter reduces into, chosen by each rank from its own
-// timings (made-up ones here): each size class and collective on its own, the preferred way first, the faster
-// one kept; small outputs, other collectives and an untimed instance (CHORUS_NT_STORE_BYTES set) always take
-// the preferred way.
+// and all-to-all copy out, chosen by each rank from its own timings (made-up ones here): each size class
+// and collective on its own, the preferred way first, the faster one kept; small outputs, other
+// collectives and an untimed instance (CHORUS_NT_STORE_BYTES set) always take the preferred way.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -80,13 +79,6 @@ TEST(OutputStores, ClassesAndCollectivesAreTimedApart) {
       [](CopyMode m) { return m == CopyMode::Streaming ? 300 : 100; });
   EXPECT_EQ(s.current(OpKind::AllToAll, 4 * M), CopyMode::Cached);
   EXPECT_EQ(s.current(OpKind::AllGather, 4 * M), CopyMode::Streaming);
-  // The reduce-scatter's as well (2 ranks, 16 MiB: streaming 1.2x slower with the vCPUs near).
-  EXPECT_FALSE(s.current(OpKind::ReduceScatter, 4 * M).has_value());
-  run(s, OpKind::ReduceScatter, 4 * M, CopyMode::Streaming, kWarm + 4,
-      [](CopyMode m) { return m == CopyMode::Streaming ? 120 : 100; });
-  EXPECT_EQ(s.current(OpKind::ReduceScatter, 4 * M), CopyMode::Cached);
-  EXPECT_EQ(s.current(OpKind::AllGather, 4 * M), CopyMode::Streaming);
-  EXPECT_EQ(s.current(OpKind::AllToAll, 4 * M), CopyMode::Cached);
 }
 
 TEST(OutputStores, UntimedCallsTakeThePreferredWay) {
@@ -95,8 +87,7 @@ TEST(OutputStores, UntimedCallsTakeThePreferredWay) {
   // Too small to time, or a collective that is not timed.
   EXPECT_FALSE(s.timed(OpKind::AllGather, OutputStores::kTimedBytes - 1));
   EXPECT_TRUE(s.timed(OpKind::AllGather, OutputStores::kTimedBytes));
-  EXPECT_FALSE(s.timed(OpKind::Reduce, 64 * M));
-  EXPECT_TRUE(s.timed(OpKind::ReduceScatter, 64 * M));
+  EXPECT_FALSE(s.timed(OpKind::ReduceScatter, 64 * M));
   for (CopyMode m :
        run(s, OpKind::AllGather, OutputStores::kTimedBytes - 1, CopyMode::Streaming, 40, slowStreaming))
     EXPECT_EQ(m, CopyMode::Streaming);
