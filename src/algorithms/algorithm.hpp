@@ -90,9 +90,11 @@ void reduceScatterRing(Context&, const Op&);
 void allGatherDirect(Context&, const Op&);
 void allGatherRing(Context&, const Op&);
 void broadcastDirect(Context&, const Op&);
+void broadcastLowLatency(Context&, const Op&);
 void broadcastPipeline(Context&, const Op&);
 void broadcastKnomial(Context&, const Op&);  // 4-nomial tree (patterns::knomialTree)
 void reduceDirect(Context&, const Op&);
+void reduceLowLatency(Context&, const Op&);
 void reducePipeline(Context&, const Op&);
 void reduceKnomial(Context&, const Op&);  // 4-nomial tree (patterns::knomialTree)
 void allToAllDirect(Context&, const Op&);

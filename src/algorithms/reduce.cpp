@@ -1,5 +1,6 @@
 // Reduce: direct (root reduces all staged chunks) and pipeline (a chain towards the root).
 #include <algorithm>
+#include <array>
 
 #include "algorithms/common.hpp"
 #include "algorithms/cost_model.hpp"
@@ -30,6 +31,30 @@ void reduceDirect(Context& ctx, const Op& op) {
       // Packed through the whole staging area: every call, the short ones where ranks share cores
       // (stagingPacks).
       Packing::Always);
+}
+
+// Reduce, low latency: every rank publishes each chunk of up to llCapacity() bytes in its
+// low-latency lines and goes on (ShmSync::llGatherToRoot); the root reduces all n copies in rank
+// order, as the allreduce's "ll" does.
+void reduceLowLatency(Context& ctx, const Op& op) {
+  if (op.count == 0) return;
+  const int n = ctx.size();
+  const bool root = ctx.rank() == op.root;
+  const size_t elem = dataTypeSize(op.type);
+  const size_t chunk = engine::ShmSync::llCapacity() / elem;
+  std::byte* gathered = root ? ctx.scratch(static_cast<size_t>(n) * chunk * elem) : nullptr;
+  // The sources' addresses on the stack up to 64 ranks: no allocation on the latency path.
+  constexpr int kOnStack = 64;
+  std::array<const void*, kOnStack> few;
+  std::vector<const void*> many(root && n > kOnStack ? static_cast<size_t>(n) : 0);
+  const void** srcs = n > kOnStack ? many.data() : few.data();
+  for (size_t off = 0; off < op.count; off += chunk) {
+    const size_t ce = std::min(chunk, op.count - off), bytes = ce * elem;
+    shared(ctx).llGatherToRoot(op.root, at(op.send, off, elem), bytes, gathered);
+    if (!root) continue;
+    for (int k = 0; k < n; ++k) srcs[k] = gathered + static_cast<size_t>(k) * bytes;
+    kernels::reduce(at(op.recv, off, elem), srcs, n, ce, op.type, op.op, avgDivisor(op, n));
+  }
 }
 
 void reducePipeline(Context& ctx, const Op& op) {

@@ -26,6 +26,9 @@ ShmSync::ShmSync(transport::ShmGroup& group, std::function<Waiter()> waiter,
       peerMappings_(std::max<size_t>(64, 4 * static_cast<size_t>(group.size()))) {}
 
 void ShmSync::beginCall(const transport::CallFingerprint& call, uint64_t hash, uint16_t tag, OpKind kind) {
+  // A low-latency broadcast or reduce that this rank left without waiting for every peer: their
+  // calls are compared now, before this one starts (usually published long ago).
+  llAwaitAll(llSeq_);
   inCall_ = true;
   call_ = call;
   hash_ = hash;
@@ -112,8 +115,57 @@ void ShmSync::waitAll(uint64_t target) {
   }
 }
 
-void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
+void ShmSync::failIfSynchronising(int peer) {
+  if (group_.syncFlag(peer) > syncCounter_) callMismatch(peer);
+}
+
+uint64_t ShmSync::llNext() {
   const uint64_t seq = ++llSeq_;
+  llAwaitAll(seq - 1);
+  return seq;
+}
+
+void ShmSync::llAwaitAll(uint64_t last) {
+  if (llSeenAll_ >= last) return;
+  // Message `last` stays in its slot until the peer publishes last + 2, which it does only after
+  // this rank's message last + 1: it is there, or still to come.
+  const int slot = static_cast<int>(last & 1);
+  const int n = size(), me = rank();
+  Waiter waiter = waiter_();
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    while (!group_.llArrived(r, slot, last, 0)) {
+      failIfSynchronising(r);
+      waiter.idle(
+          [&] {
+            std::string missing;
+            for (int k = r; k < n; ++k) {
+              if (k != me && !group_.llArrived(k, slot, last, 0))
+                missing += strCat(missing.empty() ? "" : ", ", k);
+            }
+            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing, " to enter ",
+                          describeCall(llLastCall_));
+          },
+          [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, last, 0); });
+    }
+    if (group_.llCopy(r, slot, nullptr, 0) != llLastHash_) {
+      fail(chorusInvalidUsage,
+           strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(llLastCall_),
+                  " but rank ", r, " was in another call (found by the next message, in ", what_(), ")"));
+    }
+  }
+  tsanAcquireShm();
+  llSeenAll_ = last;
+}
+
+void ShmSync::llDone(bool sawEveryPeer) {
+  if (sawEveryPeer) llSeenAll_ = llSeq_;
+  llLastHash_ = hash_;
+  llLastCall_ = call_;
+}
+
+void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
+  const uint64_t seq = llNext();
   const int slot = static_cast<int>(seq & 1);
   const int n = size(), me = rank();
   tsanReleaseShm();
@@ -125,6 +177,7 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     while (!group_.llArrived(r, slot, seq, bytes)) {
+      failIfSynchronising(r);
       waiter.idle(
           [&] {
             std::string missing;
@@ -140,8 +193,70 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
     if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
   }
   if (other >= 0) callMismatch(other);
+  llDone(true);
   // Every peer has read this rank's other slot (each published this message after its last call).
   group_.llPrepare(slot ^ 1, bytes);
+}
+
+void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
+  const uint64_t seq = llNext();
+  const int slot = static_cast<int>(seq & 1);
+  const int me = rank();
+  tsanReleaseShm();
+  if (me == root) {
+    group_.llPublish(slot, seq, hash_, data, bytes);
+    if (out != data && bytes) std::memcpy(out, data, bytes);
+    llDone(false);
+    return;
+  }
+  // The call word alone: that this rank has read every message up to this one's (llNext).
+  group_.llPublish(slot, seq, hash_, nullptr, 0);
+  Waiter waiter = waiter_();
+  while (!group_.llArrived(root, slot, seq, bytes)) {
+    failIfSynchronising(root);
+    waiter.idle(
+        [&] { return strCat("rank ", me, ": ", what_(), ": waiting for rank ", root, " (the root)"); },
+        [&](int k) { return k == root; });
+  }
+  tsanAcquireShm();
+  if (group_.llCopy(root, slot, out, bytes) != hash_) callMismatch(root);
+  llDone(size() == 2);
+}
+
+void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {
+  const uint64_t seq = llNext();
+  const int slot = static_cast<int>(seq & 1);
+  const int n = size(), me = rank();
+  tsanReleaseShm();
+  group_.llPublish(slot, seq, hash_, mine, bytes);
+  if (me != root) {
+    llDone(false);
+    return;
+  }
+  std::byte* own = out + static_cast<size_t>(me) * bytes;
+  if (own != mine && bytes) std::memcpy(own, mine, bytes);
+  Waiter waiter = waiter_();
+  int other = -1;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    while (!group_.llArrived(r, slot, seq, bytes)) {
+      failIfSynchronising(r);
+      waiter.idle(
+          [&] {
+            std::string missing;
+            for (int k = r; k < n; ++k) {
+              if (k != me && !group_.llArrived(k, slot, seq, bytes))
+                missing += strCat(missing.empty() ? "" : ", ", k);
+            }
+            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing, " to arrive");
+          },
+          [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, seq, bytes); });
+    }
+    tsanAcquireShm();
+    if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
+  }
+  if (other >= 0) callMismatch(other);
+  llDone(true);
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,

@@ -112,6 +112,16 @@ class ShmSync {
   /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; it is
   /// also a synchronisation of all ranks.
   void llGather(const void* mine, size_t bytes, std::byte* out);
+  /// A message of the low-latency lines that only some ranks wait for. Broadcast: `root` publishes
+  /// `bytes` of `data` (copied to its `out` too, unless the same) and returns at once; every other
+  /// rank copies the root's message to `out`. Gather to the root (reduce): every rank publishes
+  /// `bytes` of `mine` and all but `root` return at once; the root copies rank r's message to
+  /// out + r * bytes. A rank that waits for nobody runs at most one message ahead: before writing a
+  /// slot again every message does what llGather() does by itself, it waits until every peer has
+  /// published the message before (so has read this rank's last message in the slot), checking its
+  /// call (llNext).
+  void llBroadcast(int root, const void* data, size_t bytes, void* out);
+  void llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out);
   static constexpr size_t llCapacity() { return transport::ShmGroup::kLlBytes; }
   /// Zero copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed). If
   /// zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc memory, fills
@@ -161,6 +171,22 @@ class ShmSync {
   [[noreturn]] void failNamingPeer(const Error& e);
   // Waits until every rank has published buffer exchange `seq`.
   void awaitBuffers(uint64_t seq);
+  // The next low-latency message's number, once every peer has published the message before
+  // (llAwaitAll): a peer publishes message m - 1 only after it has read every message it needed up
+  // to m - 2, so this rank may then write message m into message m - 2's slot.
+  uint64_t llNext();
+  // Waits until every peer has published low-latency message `last` and compares their call words
+  // with this rank's (a mismatch is an error naming that call). Free where this rank has seen them
+  // all (after llGather()); after a message some ranks did not wait for, it waits here: at the next
+  // message, or at the start of the next collective (beginCall), so that a mismatched broadcast or
+  // reduce fails every rank by its next call.
+  void llAwaitAll(uint64_t last);
+  // While waiting for a peer's low-latency message: the peer arrived at a synchronisation this rank
+  // has not reached, so it runs another path of another call (a count on the other side of a
+  // low-latency bound): a mismatch, not a wait for the deadline.
+  void failIfSynchronising(int peer);
+  // After message llSeq_: which call it belonged to, and whether every peer's copy was seen.
+  void llDone(bool sawEveryPeer);
 
   transport::ShmGroup& group_;
   std::function<Waiter()> waiter_;
@@ -176,6 +202,9 @@ class ShmSync {
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;
+  uint64_t llSeenAll_ = 0;   // the last low-latency message every peer is known to have published
+  uint64_t llLastHash_ = 0;  // the call word of message llSeq_, and its call
+  transport::CallFingerprint llLastCall_;
   uint64_t bufferSeq_ = 0;
   // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
   // buffer of every peer), so that no pointer of the running operation is ever unmapped.

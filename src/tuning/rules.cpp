@@ -99,10 +99,14 @@ std::vector<Rule> parseRules(const std::string& text) {
 const std::vector<Rule>& defaultRules(bool haveShm) {
   // On one host the direct shared-memory algorithms move each byte the fewest times; allreduce
   // uses the low-latency lines up to 1 KiB (one cache-line transfer per line beats staging) and
-  // the one-shot reduction up to 16 KiB (one synchronisation beats reading each byte once).
+  // the one-shot reduction up to 16 KiB (one synchronisation beats reading each byte once);
+  // broadcast and reduce use them up to 256 bytes (2 ranks on the AVX-512 EPYC VM: 8 B 1.4-1.6x
+  // faster, 512 B even, 2 KiB 1.2-2x slower; docs/performance.md, "Rooted calls in the
+  // low-latency lines").
   static const std::vector<Rule> shm = parseRules(
       "allreduce:0-1k:ll,0-16k:oneshot,allreduce:direct,reducescatter:direct,allgather:direct,"
-      "broadcast:direct,reduce:direct,alltoall:direct,alltoallv:pairwise,barrier:direct");
+      "broadcast:0-256:ll,broadcast:direct,reduce:0-256:ll,reduce:direct,alltoall:direct,alltoallv:pairwise,"
+      "barrier:direct");
   // Without shared memory and without a cost model: recursive doubling while latency-bound, rings
   // and chains beyond.
   static const std::vector<Rule> pipes = parseRules(

@@ -1245,6 +1245,71 @@ TEST_F(Fault, MismatchedCallsWithoutCheckMode_ErrorsNotSilentResults) {
   }
 }
 
+// The low-latency broadcast and reduce (up to 256 B) let the ranks that wait for nobody (the
+// broadcast's root, the reduce's other ranks) return at once: a mismatch there fails the ranks that
+// waited for the odd one in that call, and every other rank at its next collective call (here a
+// staged one), which first compares the peers' calls of the message before (ShmSync::llAwaitAll), naming the
+// mismatched call; never a timeout, and no rank goes on past its next call. Also where the odd
+// rank's count puts it on the staged path (a rank of the low-latency one then finds the odd rank
+// synchronising where it never does).
+TEST_F(Fault, MismatchedSmallRootedCalls_FailByTheNextCall) {
+  struct Case {
+    const char* what;
+    int ranks;
+    std::function<void(int, Communicator&, std::vector<float>&)> call;
+    const char* named;
+  };
+  const std::vector<Case> cases = {
+      {"broadcast root 0 vs 1, 8 B", 3,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.broadcast(buf.data(), buf.data(), 2, DataType::Float32, r == 2 ? 1 : 0);
+       },
+       "root 1"},
+      {"broadcast, each rank its own root, 8 B", 2,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.broadcast(buf.data(), buf.data(), 2, DataType::Float32, r);
+       },
+       "root 1"},
+      {"reduce root 0 vs 1, 8 B", 3,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.reduce(buf.data(), buf.data() + 2, 2, DataType::Float32, ReduceOp::Sum, r == 2 ? 1 : 0);
+       },
+       "root 1"},
+      {"broadcast 8 B vs 4 KiB", 3,
+       [](int r, Communicator& c, std::vector<float>& buf) {
+         c.broadcast(buf.data(), buf.data(), r == 2 ? 1024 : 2, DataType::Float32, 0);
+       },
+       "count"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const auto start = Clock::now();
+    std::vector<int> callsDone(static_cast<size_t>(k.ranks), 0);
+    auto outcomes = runMismatch(
+        k.ranks,
+        [&](int r, Communicator& c) {
+          std::vector<float> buf(4096, 1.0f);
+          k.call(r, c, buf);
+          ++callsDone[static_cast<size_t>(r)];
+          // 4 KiB: not in the low-latency lines, so only the check at the call's start finds it.
+          c.allReduce(buf.data() + 2048, buf.data() + 2048, 1024, DataType::Float32, ReduceOp::Sum);
+          ++callsDone[static_cast<size_t>(r)];
+        },
+        false);
+    EXPECT_LT(msBetween(start, Clock::now()), 5000) << "a rank waited for the timeout";
+    bool named = false;
+    for (int r = 0; r < k.ranks; ++r) {
+      const Outcome& o = outcomes[static_cast<size_t>(r)];
+      ASSERT_TRUE(o.threw) << "rank " << r << " went on past its next call";
+      EXPECT_LT(callsDone[static_cast<size_t>(r)], 2) << "rank " << r;
+      EXPECT_TRUE(o.code == chorusInvalidUsage || o.code == chorusRemoteError) << o.message;
+      EXPECT_TRUE(contains(o.message, "mismatch")) << "rank " << r << ": " << o.message;
+      named = named || contains(o.message, k.named);
+    }
+    EXPECT_TRUE(named) << "no rank named the odd call (" << k.named << "): " << outcomes[0].message;
+  }
+}
+
 // Check mode changes nothing when the calls agree.
 TEST_F(Fault, CheckMode_MatchingCallsSucceed) {
   auto outcomes = runMismatch(3, [](int r, Communicator& c) {

@@ -223,6 +223,11 @@ TEST(Select, DefaultRulesAreTheBuiltInSizeRules) {
   EXPECT_EQ(name(OpKind::AllReduce, 16384, false), "rd");
   EXPECT_EQ(name(OpKind::AllReduce, 16385, false), "ring");
   EXPECT_EQ(name(OpKind::Broadcast, 1 << 20, false), "pipeline");
+  for (OpKind rooted : {OpKind::Broadcast, OpKind::Reduce}) {
+    EXPECT_EQ(name(rooted, 8, true), "ll");
+    EXPECT_EQ(name(rooted, 256, true), "ll");
+    EXPECT_EQ(name(rooted, 257, true), "direct");
+  }
   EXPECT_EQ(name(OpKind::AllToAllv, 64, true), "pairwise");
   for (bool shm : {true, false}) {
     std::set<OpKind> covered;
