@@ -115,9 +115,7 @@ void ShmSync::waitAll(uint64_t target) {
   }
 }
 
-void ShmSync::failIfSynchronising(int peer) {
-  if (group_.syncFlag(peer) > syncCounter_) callMismatch(peer);
-}
+bool ShmSync::synchronisesAhead(int peer) const { return group_.syncFlag(peer) > syncCounter_; }
 
 uint64_t ShmSync::llNext() {
   const uint64_t seq = ++llSeq_;
@@ -135,7 +133,7 @@ void ShmSync::llAwaitAll(uint64_t last) {
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     while (!group_.llArrived(r, slot, last, 0)) {
-      failIfSynchronising(r);
+      if (synchronisesAhead(r) && !group_.llArrived(r, slot, last, 0)) callMismatch(r);
       waiter.idle(
           [&] {
             std::string missing;
@@ -177,7 +175,7 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     while (!group_.llArrived(r, slot, seq, bytes)) {
-      failIfSynchronising(r);
+      if (synchronisesAhead(r) && !group_.llArrived(r, slot, seq, bytes)) callMismatch(r);
       waiter.idle(
           [&] {
             std::string missing;
@@ -213,7 +211,7 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   group_.llPublish(slot, seq, hash_, nullptr, 0);
   Waiter waiter = waiter_();
   while (!group_.llArrived(root, slot, seq, bytes)) {
-    failIfSynchronising(root);
+    if (synchronisesAhead(root) && !group_.llArrived(root, slot, seq, bytes)) callMismatch(root);
     waiter.idle(
         [&] { return strCat("rank ", me, ": ", what_(), ": waiting for rank ", root, " (the root)"); },
         [&](int k) { return k == root; });
@@ -240,7 +238,7 @@ void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     while (!group_.llArrived(r, slot, seq, bytes)) {
-      failIfSynchronising(r);
+      if (synchronisesAhead(r) && !group_.llArrived(r, slot, seq, bytes)) callMismatch(r);
       waiter.idle(
           [&] {
             std::string missing;

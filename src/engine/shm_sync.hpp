@@ -181,10 +181,11 @@ class ShmSync {
   // message, or at the start of the next collective (beginCall), so that a mismatched broadcast or
   // reduce fails every rank by its next call.
   void llAwaitAll(uint64_t last);
-  // While waiting for a peer's low-latency message: the peer arrived at a synchronisation this rank
-  // has not reached, so it runs another path of another call (a count on the other side of a
-  // low-latency bound): a mismatch, not a wait for the deadline.
-  void failIfSynchronising(int peer);
+  // Whether `peer` arrived at a synchronisation this rank has not reached. Waiting for its
+  // low-latency message, that is a mismatch (it runs the staged path of another call: a count on
+  // the other side of a low-latency bound), unless the message is there after all: a peer publishes
+  // it before it synchronises in a later call, so the waits look again after a true answer.
+  bool synchronisesAhead(int peer) const;
   // After message llSeq_: which call it belonged to, and whether every peer's copy was seen.
   void llDone(bool sawEveryPeer);
 
