@@ -164,10 +164,16 @@ void ShmSync::llDone(bool sawEveryPeer) {
 
 void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
+  tsanReleaseShm();
+  group_.llPublish(static_cast<int>(seq & 1), seq, hash_, mine, bytes);
+  llCollect(seq, mine, bytes, out);
+  // Every peer has read this rank's other slot (each published this message after its last call).
+  group_.llPrepare(static_cast<int>(seq & 1) ^ 1, bytes);
+}
+
+void ShmSync::llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out) {
   const int slot = static_cast<int>(seq & 1);
   const int n = size(), me = rank();
-  tsanReleaseShm();
-  group_.llPublish(slot, seq, hash_, mine, bytes);
   std::byte* own = out + static_cast<size_t>(me) * bytes;
   if (own != mine && bytes) std::memcpy(own, mine, bytes);
   Waiter waiter = waiter_();
@@ -192,8 +198,6 @@ void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   }
   if (other >= 0) callMismatch(other);
   llDone(true);
-  // Every peer has read this rank's other slot (each published this message after its last call).
-  group_.llPrepare(slot ^ 1, bytes);
 }
 
 void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
@@ -223,38 +227,12 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
 
 void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
-  const int slot = static_cast<int>(seq & 1);
-  const int n = size(), me = rank();
   tsanReleaseShm();
-  group_.llPublish(slot, seq, hash_, mine, bytes);
-  if (me != root) {
+  group_.llPublish(static_cast<int>(seq & 1), seq, hash_, mine, bytes);
+  if (rank() == root)
+    llCollect(seq, mine, bytes, out);
+  else
     llDone(false);
-    return;
-  }
-  std::byte* own = out + static_cast<size_t>(me) * bytes;
-  if (own != mine && bytes) std::memcpy(own, mine, bytes);
-  Waiter waiter = waiter_();
-  int other = -1;
-  for (int r = 0; r < n; ++r) {
-    if (r == me) continue;
-    while (!group_.llArrived(r, slot, seq, bytes)) {
-      if (synchronisesAhead(r) && !group_.llArrived(r, slot, seq, bytes)) callMismatch(r);
-      waiter.idle(
-          [&] {
-            std::string missing;
-            for (int k = r; k < n; ++k) {
-              if (k != me && !group_.llArrived(k, slot, seq, bytes))
-                missing += strCat(missing.empty() ? "" : ", ", k);
-            }
-            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing, " to arrive");
-          },
-          [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, seq, bytes); });
-    }
-    tsanAcquireShm();
-    if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
-  }
-  if (other >= 0) callMismatch(other);
-  llDone(true);
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,

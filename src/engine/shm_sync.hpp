@@ -186,6 +186,9 @@ class ShmSync {
   // the other side of a low-latency bound), unless the message is there after all: a peer publishes
   // it before it synchronises in a later call, so the waits look again after a true answer.
   bool synchronisesAhead(int peer) const;
+  // After this rank published message `seq`: copies `mine` and every peer's message `seq`, once
+  // there, to out + r * bytes, comparing their call words with this rank's.
+  void llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out);
   // After message llSeq_: which call it belonged to, and whether every peer's copy was seen.
   void llDone(bool sawEveryPeer);
 
