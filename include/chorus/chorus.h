@@ -227,6 +227,8 @@ CHORUS_API chorusResult_t chorusPutSignal(const void* src, size_t bytes, int pee
 CHORUS_API chorusResult_t chorusWaitSignal(int peer, int signal, uint64_t count, chorusComm_t comm);
 
 /* ---- Collectives. `stream`: NULL for host buffers, a cudaStream_t for device buffers. ------ */
+/* A count of 0 checks the arguments and returns at once, without the peers (NCCL discards such
+ * calls too); barrier and alltoallv always run. */
 
 /** recvbuff[i] = op over ranks of sendbuff[i], count elements. In place when sendbuff == recvbuff. */
 CHORUS_API chorusResult_t chorusAllReduce(const void* sendbuff, void* recvbuff, size_t count,

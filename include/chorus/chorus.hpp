@@ -209,7 +209,9 @@ class CHORUS_API Communicator {
   /// The timeout the next call will get.
   std::chrono::milliseconds timeout() const;
 
-  // Blocking collectives (throw chorus::Error). Counts are in elements.
+  // Blocking collectives (throw chorus::Error). Counts are in elements. A count of 0 (but for
+  // barrier and allToAllv) checks the arguments and returns at once, without the peers, as NCCL
+  // discards such calls (docs/reliability.md).
   void allReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op);
   void reduceScatter(const void* send, void* recv, size_t recvCount, DataType type, ReduceOp op);
   void allGather(const void* send, void* recv, size_t sendCount, DataType type);

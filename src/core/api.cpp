@@ -6,6 +6,7 @@
 #include "core/comm_impl.hpp"
 #include "core/device.hpp"
 #include "core/group.hpp"
+#include "core/work_state.hpp"
 
 namespace chorus::api {
 
@@ -13,6 +14,26 @@ namespace {
 
 void refuseInGroup(const char* call) {
   if (group::active()) fail(chorusInvalidUsage, strCat(call, " cannot be called inside a group"));
+}
+
+// A collective of count 0 moves nothing and needs nobody: it returns at once, as NCCL discards
+// such calls, without the turn, the call's number or its fingerprint (docs/api.md, "Empty calls").
+// Barrier has no count, and an alltoallv whose counts are all zero here may still be a peer's
+// partner in its synchronisations: both always run. Check mode (CHORUS_CHECK) runs them too, so
+// that a peer passing another count is named.
+bool discardable(const CommImpl& c, const Op& op) {
+  if (op.count != 0 || c.config().checkCalls) return false;
+  switch (op.kind) {
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather:
+    case OpKind::Broadcast:
+    case OpKind::Reduce:
+    case OpKind::AllToAll:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace
@@ -52,6 +73,10 @@ void run(const std::shared_ptr<CommImpl>& impl, Op&& op, void* stream) {
 void runBlocking(const std::shared_ptr<CommImpl>& impl, Op&& op) {
   CommImpl& c = live(impl);
   prepare(c, op);
+  if (discardable(c, op)) {
+    c.checkUsable();
+    return;
+  }
   if (group::active()) {
     group::add(impl, std::move(op));
     return;
@@ -66,6 +91,11 @@ Work runAsync(const std::shared_ptr<CommImpl>& impl, Op&& op) {
   if (group::active())
     fail(chorusInvalidUsage, "asynchronous calls cannot be part of a group; use the blocking form");
   c.checkUsable();
+  if (discardable(c, op)) {
+    auto done = std::make_shared<WorkState>();
+    done->complete(chorusSuccess);
+    return Work(std::move(done));
+  }
   return Work(c.submit({std::move(op)}, true));
 }
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <span>
 #include <string>
@@ -128,6 +129,73 @@ TEST(ApiWork, AsyncThenWaitAndTest) {
     EXPECT_TRUE(copy.test());
     for (float v : out) ASSERT_EQ(v, 3.0f);
   });
+}
+
+// ---- Empty calls (count 0) ---------------------------------------------------------------------
+
+// A collective of count 0 returns at once, blocking or asynchronous, without its peers: rank 0
+// alone makes one of each (with the old path each would wait for rank 1 and time out after 2 s),
+// and the calls after them still pair up by number (the allreduce's sum is exact).
+bool checkMode() {
+  const char* v = std::getenv("CHORUS_CHECK");
+  return v && std::string(v) == "1";
+}
+
+TEST(ApiEmptyCalls, ReturnAtOnceWithoutThePeersAndLeaveTheNumberingAlone) {
+  if (checkMode()) GTEST_SKIP() << "CHORUS_CHECK=1 runs and compares every call, empty ones too";
+  auto comms = Communicator::createLocal(2, testConfig(2));
+  runRanks(comms, [](Communicator& c, int r) {
+    if (r == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      c.allReduce(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);
+      c.reduceScatter(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Max);
+      c.allGather(nullptr, nullptr, 0, DataType::Int32);
+      c.broadcast(nullptr, nullptr, 0, DataType::Float32, 1);
+      c.reduce(nullptr, nullptr, 0, DataType::BFloat16, ReduceOp::Sum, 0);
+      c.allToAll(nullptr, nullptr, 0, DataType::Float32);
+      Work w = c.allGatherAsync(nullptr, nullptr, 0, DataType::Float32);
+      EXPECT_TRUE(w.test());
+      EXPECT_EQ(w.status(), chorusSuccess);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+    }
+    std::vector<float> in(3, static_cast<float>(r + 1)), out(3, -1.0f);
+    c.allReduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
+    for (float v : out) EXPECT_EQ(v, 3.0f);
+  });
+}
+
+// A rank passing 0 where its peer passes more: the empty call returns, and the mismatch is named
+// by the next call (this rank's allreduce against the peer's all_gather), on both ranks, within
+// the timeout. An empty call still checks its arguments.
+TEST(ApiEmptyCalls, ACountOfZeroAgainstAPeersCountIsAMismatchNamedByTheNextCall) {
+  if (checkMode()) GTEST_SKIP() << "CHORUS_CHECK=1 runs and compares every call, empty ones too";
+  auto comms = Communicator::createLocal(2, testConfig(10));
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> in(2, 1.0f), out(4, 0.0f);
+      try {
+        if (r == 0) {
+          comms[0].allGather(in.data(), out.data(), 0, DataType::Float32);
+          comms[0].allReduce(in.data(), out.data(), 1, DataType::Float32, ReduceOp::Sum);
+        } else {
+          comms[1].allGather(in.data(), out.data(), 2, DataType::Float32);
+        }
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(mentions(errors[0], {"rank 0", "mismatch", "allreduce", "allgather"}));
+  EXPECT_TRUE(mentions(errors[1], {"rank 1", "mismatch"}));
+  try {
+    comms[0].allGather(nullptr, nullptr, 0, static_cast<DataType>(42));
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == chorusInvalidArgument || e.code() == chorusInvalidUsage) << e.what();
+  }
 }
 
 TEST(ApiWork, SeveralOutstandingCompleteInOrder) {
