@@ -26,13 +26,13 @@ ShmSync::ShmSync(transport::ShmGroup& group, std::function<Waiter()> waiter,
       peerMappings_(std::max<size_t>(64, 4 * static_cast<size_t>(group.size()))) {}
 
 void ShmSync::beginCall(const transport::CallFingerprint& call, uint64_t hash, uint16_t tag, OpKind kind) {
-  // A low-latency broadcast or reduce that this rank left without waiting for every peer: their
-  // calls are compared now, before this one starts (usually published long ago).
-  llAwaitAll(llSeq_);
+  if (inCall_) previousCall_ = call_;
   inCall_ = true;
   call_ = call;
   hash_ = hash;
-  tag_ = tag;
+  // The synchronisations carry the small calls' history too: a broadcast or reduce whose ranks
+  // disagreed, which no rank waited in, differs by the next synchronisation (llNext).
+  tag_ = llSeq_ ? callTag(hash ^ llWord_) : tag;
   group_.publishFingerprint(call_);
   group_.publishProgress(call_.seq, static_cast<int>(kind), false);
 }
@@ -71,9 +71,19 @@ void ShmSync::verifyPeerCalls(const char* how, bool allArrived) {
 
 void ShmSync::callMismatch(int peer) {
   verifyPeerCalls("", true);
-  fail(chorusInvalidUsage,
-       strCat("rank ", rank(), ": collective call mismatch: this rank called ",
-              inCall_ ? describeCall(call_) : what_(), " but rank ", peer, " is in another call"));
+  fail(chorusInvalidUsage, strCat("rank ", rank(), ": collective call mismatch: this rank called ",
+                                  inCall_ ? describeCall(call_) : what_(), " but rank ", peer,
+                                  " is in another call", earlierDifference(peer)));
+}
+
+std::string ShmSync::earlierDifference(int peer) const {
+  if (!llSeq_) return {};
+  // The call before is still in the peer's other fingerprint slot while it is in this one.
+  transport::CallFingerprint theirs;
+  if (previousCall_.seq && group_.fingerprint(peer, previousCall_.seq, &theirs) && !(theirs == previousCall_))
+    return strCat(": in the call before it called ", describeCall(theirs), " where this rank called ",
+                  describeCall(previousCall_));
+  return ", or one of the small calls before (through the low-latency lines) differed";
 }
 
 void ShmSync::syncAll() { waitAll(arrive()); }
@@ -118,61 +128,65 @@ void ShmSync::waitAll(uint64_t target) {
 bool ShmSync::synchronisesAhead(int peer) const { return group_.syncFlag(peer) > syncCounter_; }
 
 uint64_t ShmSync::llNext() {
-  const uint64_t seq = ++llSeq_;
-  llAwaitAll(seq - 1);
-  return seq;
+  // Every rank folds the same calls in the same order, so equal words mean equal histories.
+  llWord_ = (llWord_ ^ hash_) * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+  return ++llSeq_;
 }
 
-void ShmSync::llAwaitAll(uint64_t last) {
-  if (llSeenAll_ >= last) return;
-  // Message `last` stays in its slot until the peer publishes last + 2, which it does only after
-  // this rank's message last + 1: it is there, or still to come.
-  const int slot = static_cast<int>(last & 1);
+void ShmSync::llClaim(uint64_t seq) {
+  constexpr uint64_t kSlots = transport::ShmGroup::kLlSlots;
+  if (seq <= kSlots || llFree_ >= seq - kSlots) return;
+  const uint64_t need = seq - kSlots;  // the call that last read this slot
   const int n = size(), me = rank();
+  uint64_t least = UINT64_MAX;
   Waiter waiter = waiter_();
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
-    while (!group_.llArrived(r, slot, last, 0)) {
-      if (synchronisesAhead(r) && !group_.llArrived(r, slot, last, 0)) callMismatch(r);
+    uint64_t done;
+    while ((done = group_.llFinished(r)) < need) {
+      // A peer synchronising in a later call without having finished this one skipped it.
+      if (synchronisesAhead(r) && group_.llFinished(r) < need) callMismatch(r);
       waiter.idle(
           [&] {
             std::string missing;
             for (int k = r; k < n; ++k) {
-              if (k != me && !group_.llArrived(k, slot, last, 0))
-                missing += strCat(missing.empty() ? "" : ", ", k);
+              if (k != me && group_.llFinished(k) < need) missing += strCat(missing.empty() ? "" : ", ", k);
             }
-            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing, " to enter ",
-                          describeCall(llLastCall_));
+            return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing,
+                          " to finish small call ", need, " (each rank runs at most ", kSlots,
+                          " small calls ahead of the slowest)");
           },
-          [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, last, 0); });
+          [&](int k) { return k >= r && k != me && group_.llFinished(k) < need; });
     }
-    if (group_.llCopy(r, slot, nullptr, 0) != llLastHash_) {
-      fail(chorusInvalidUsage,
-           strCat("rank ", me, ": collective call mismatch: this rank called ", describeCall(llLastCall_),
-                  " but rank ", r, " was in another call (found by the next message, in ", what_(), ")"));
-    }
+    least = std::min(least, done);
   }
   tsanAcquireShm();
-  llSeenAll_ = last;
+  llFree_ = least;
 }
 
-void ShmSync::llDone(bool sawEveryPeer) {
-  if (sawEveryPeer) llSeenAll_ = llSeq_;
-  llLastHash_ = hash_;
-  llLastCall_ = call_;
+void ShmSync::llFinish(uint64_t seq) { group_.llFinish(seq); }
+
+void ShmSync::llWordMismatch(int peer) {
+  verifyPeerCalls("", true);
+  fail(chorusInvalidUsage,
+       strCat("rank ", rank(), ": collective call mismatch: this rank called ", describeCall(call_),
+              " but rank ", peer, "'s message is from another call", earlierDifference(peer)));
 }
 
 void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
+  llClaim(seq);
   tsanReleaseShm();
-  group_.llPublish(static_cast<int>(seq & 1), seq, hash_, mine, bytes);
+  group_.llPublish(llSlot(seq), seq, llWord_, mine, bytes);
   llCollect(seq, mine, bytes, out);
-  // Every peer has read this rank's other slot (each published this message after its last call).
-  group_.llPrepare(static_cast<int>(seq & 1) ^ 1, bytes);
+  // Every peer published message seq, so finished every call before it.
+  llFree_ = std::max(llFree_, seq - 1);
+  group_.llPrepare(llSlot(seq + 1), bytes);
+  llFinish(seq);
 }
 
 void ShmSync::llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out) {
-  const int slot = static_cast<int>(seq & 1);
+  const int slot = llSlot(seq);
   const int n = size(), me = rank();
   std::byte* own = out + static_cast<size_t>(me) * bytes;
   if (own != mine && bytes) std::memcpy(own, mine, bytes);
@@ -194,25 +208,23 @@ void ShmSync::llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte*
           [&](int k) { return k >= r && k != me && !group_.llArrived(k, slot, seq, bytes); });
     }
     tsanAcquireShm();
-    if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != hash_) other = r;
+    if (group_.llCopy(r, slot, out + static_cast<size_t>(r) * bytes, bytes) != llWord_) other = r;
   }
-  if (other >= 0) callMismatch(other);
-  llDone(true);
+  if (other >= 0) llWordMismatch(other);
 }
 
 void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   const uint64_t seq = llNext();
-  const int slot = static_cast<int>(seq & 1);
+  const int slot = llSlot(seq);
   const int me = rank();
-  tsanReleaseShm();
   if (me == root) {
-    group_.llPublish(slot, seq, hash_, data, bytes);
+    llClaim(seq);
+    tsanReleaseShm();
+    group_.llPublish(slot, seq, llWord_, data, bytes);
     if (out != data && bytes) std::memcpy(out, data, bytes);
-    llDone(false);
+    llFinish(seq);
     return;
   }
-  // The call word alone: that this rank has read every message up to this one's (llNext).
-  group_.llPublish(slot, seq, hash_, nullptr, 0);
   Waiter waiter = waiter_();
   while (!group_.llArrived(root, slot, seq, bytes)) {
     if (synchronisesAhead(root) && !group_.llArrived(root, slot, seq, bytes)) callMismatch(root);
@@ -221,18 +233,22 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
         [&](int k) { return k == root; });
   }
   tsanAcquireShm();
-  if (group_.llCopy(root, slot, out, bytes) != hash_) callMismatch(root);
-  llDone(size() == 2);
+  if (group_.llCopy(root, slot, out, bytes) != llWord_) llWordMismatch(root);
+  llFinish(seq);
+  // A root that runs ahead has written the next slot too: its first line is on its way.
+  group_.llPrefetch(root, llSlot(seq + 1));
 }
 
 void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
-  tsanReleaseShm();
-  group_.llPublish(static_cast<int>(seq & 1), seq, hash_, mine, bytes);
-  if (rank() == root)
+  if (rank() == root) {
     llCollect(seq, mine, bytes, out);
-  else
-    llDone(false);
+  } else {
+    llClaim(seq);
+    tsanReleaseShm();
+    group_.llPublish(llSlot(seq), seq, llWord_, mine, bytes);
+  }
+  llFinish(seq);
 }
 
 bool ShmSync::exchangeBuffers(const void* send, size_t sendBytes, void* recv, size_t recvBytes,

@@ -109,17 +109,19 @@ class ShmSync {
   /// Whether the allreduce pulls or stages ordinary buffers (rank 0 decides, single_copy_choice.hpp).
   SingleCopyChoice& singleCopyChoice() { return singleCopyChoice_; }
   /// Publishes `bytes` (<= llCapacity()) of `mine` and copies every rank's message, own included,
-  /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; it is
-  /// also a synchronisation of all ranks.
+  /// to out + r * bytes: one cache-line transfer per 56 bytes and peer, no separate flag; every
+  /// rank waits for every other.
   void llGather(const void* mine, size_t bytes, std::byte* out);
   /// A message of the low-latency lines that only some ranks wait for. Broadcast: `root` publishes
   /// `bytes` of `data` (copied to its `out` too, unless the same) and returns at once; every other
   /// rank copies the root's message to `out`. Gather to the root (reduce): every rank publishes
   /// `bytes` of `mine` and all but `root` return at once; the root copies rank r's message to
-  /// out + r * bytes. A rank that waits for nobody runs at most one message ahead: before writing a
-  /// slot again every message does what llGather() does by itself, it waits until every peer has
-  /// published the message before (so has read this rank's last message in the slot), checking its
-  /// call (llNext).
+  /// out + r * bytes (the root publishes nothing). A rank that waits for nobody runs ahead by up to
+  /// kLlSlots messages: writing a slot again waits until every peer finished the call that read
+  /// it (llClaim). Every message carries the chain of the small calls so far (llNext), which its
+  /// readers compare, and the synchronisations of the calls after carry it in their tags: a
+  /// broadcast or reduce whose ranks disagreed fails by the next message read or synchronisation
+  /// between two ranks whose calls differed.
   void llBroadcast(int root, const void* data, size_t bytes, void* out);
   void llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out);
   static constexpr size_t llCapacity() { return transport::ShmGroup::kLlBytes; }
@@ -171,26 +173,30 @@ class ShmSync {
   [[noreturn]] void failNamingPeer(const Error& e);
   // Waits until every rank has published buffer exchange `seq`.
   void awaitBuffers(uint64_t seq);
-  // The next low-latency message's number, once every peer has published the message before
-  // (llAwaitAll): a peer publishes message m - 1 only after it has read every message it needed up
-  // to m - 2, so this rank may then write message m into message m - 2's slot.
+  // The next low-latency message's number; folds this call into llWord_, the call word every
+  // message carries: a chain of the hashes of every low-latency call so far, so that a reader finds
+  // a difference in any earlier small call, not only in this one.
   uint64_t llNext();
-  // Waits until every peer has published low-latency message `last` and compares their call words
-  // with this rank's (a mismatch is an error naming that call). Free where this rank has seen them
-  // all (after llGather()); after a message some ranks did not wait for, it waits here: at the next
-  // message, or at the start of the next collective (beginCall), so that a mismatched broadcast or
-  // reduce fails every rank by its next call.
-  void llAwaitAll(uint64_t last);
+  static int llSlot(uint64_t seq) { return static_cast<int>(seq % transport::ShmGroup::kLlSlots); }
+  // Before this rank writes message `seq` into its slot: waits until every peer has finished call
+  // seq - kLlSlots, the last that read that slot (llFree_: what is known already, so the peers'
+  // lines are read once in many calls).
+  void llClaim(uint64_t seq);
   // Whether `peer` arrived at a synchronisation this rank has not reached. Waiting for its
   // low-latency message, that is a mismatch (it runs the staged path of another call: a count on
   // the other side of a low-latency bound), unless the message is there after all: a peer publishes
   // it before it synchronises in a later call, so the waits look again after a true answer.
   bool synchronisesAhead(int peer) const;
-  // After this rank published message `seq`: copies `mine` and every peer's message `seq`, once
-  // there, to out + r * bytes, comparing their call words with this rank's.
+  // Copies `mine` and every peer's message `seq`, once there, to out + r * bytes, comparing their
+  // call words with this rank's.
   void llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out);
-  // After message llSeq_: which call it belonged to, and whether every peer's copy was seen.
-  void llDone(bool sawEveryPeer);
+  // Low-latency call `seq` finished here: published for the writers waiting to reuse a slot.
+  void llFinish(uint64_t seq);
+  // Rank `peer`'s message carries another call word: an error naming this call.
+  [[noreturn]] void llWordMismatch(int peer);
+  // Where rank `peer` agrees on this call but its small calls' history differs: the call before,
+  // named where the peer's published fingerprint of it differs, else a sentence saying so.
+  std::string earlierDifference(int peer) const;
 
   transport::ShmGroup& group_;
   std::function<Waiter()> waiter_;
@@ -198,6 +204,7 @@ class ShmSync {
   bool zeroCopy_;
   bool inCall_ = false;
   transport::CallFingerprint call_;
+  transport::CallFingerprint previousCall_;
   uint64_t hash_ = 0;
   uint16_t tag_ = 0;
   uint64_t syncCounter_ = 0;
@@ -206,9 +213,8 @@ class ShmSync {
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;
-  uint64_t llSeenAll_ = 0;   // the last low-latency message every peer is known to have published
-  uint64_t llLastHash_ = 0;  // the call word of message llSeq_, and its call
-  transport::CallFingerprint llLastCall_;
+  uint64_t llWord_ = 0;  // the call word of message llSeq_ (llNext)
+  uint64_t llFree_ = 0;  // every peer is known to have finished low-latency call llFree_
   uint64_t bufferSeq_ = 0;
   // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
   // buffer of every peer), so that no pointer of the running operation is ever unmapped.

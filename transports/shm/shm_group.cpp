@@ -19,7 +19,7 @@ namespace chorus::transport {
 
 namespace {
 constexpr uint64_t kMagic = 0x43484f5255534d31ull;  // "CHORUSM1"
-constexpr size_t kHeaderBytes = 4096 + 2 * ShmGroup::kLlLines * 64;
+constexpr size_t kHeaderBytes = 4096 + ShmGroup::kLlSlots * (ShmGroup::kLlLines + 1) * 64;
 constexpr size_t kFailTextBytes = 1024;
 
 // PREFETCHW where the CPU has it (CPUID 0x80000001 ECX bit 8), else nothing.
@@ -75,7 +75,11 @@ struct ShmGroup::Header {
     std::atomic<uint64_t> seq;
   };
   static_assert(sizeof(LlLine) == 64);
-  LlLine ll[2][kLlLines];
+  // One line more per slot than a message fills: the slots' first lines, 4 KiB apart otherwise,
+  // would all fall into one set of the L1 cache (16 slots and the peers' against its 8 ways).
+  LlLine ll[kLlSlots][kLlLines + 1];
+  // The last low-latency call this rank finished (llFinish): its own line, written once a call.
+  alignas(64) std::atomic<uint64_t> llFinished;
   struct BufferSlot {
     std::atomic<uint64_t> seq;  // written last (release): the exchange the slot holds
     PublishedBuffers b;
@@ -387,7 +391,7 @@ size_t llLineCount(size_t bytes) {
 }  // namespace
 
 void ShmGroup::llPublish(int slot, uint64_t seq, uint64_t call, const void* data, size_t bytes) {
-  Header::LlLine* lines = header(rank_)->ll[slot & 1];
+  Header::LlLine* lines = header(rank_)->ll[slot % kLlSlots];
   const auto* src = static_cast<const std::byte*>(data);
   size_t n = std::min(bytes, kLlFirstData);
   std::memcpy(lines[0].payload, &call, sizeof call);
@@ -405,7 +409,7 @@ void ShmGroup::llPublish(int slot, uint64_t seq, uint64_t call, const void* data
 }
 
 bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
-  const Header::LlLine* lines = header(r)->ll[slot & 1];
+  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
   const size_t count = llLineCount(bytes);
   for (size_t i = 0; i < count; ++i) {
     if (lines[i].seq.load(std::memory_order_acquire) != seq) return false;
@@ -414,7 +418,7 @@ bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
 }
 
 uint64_t ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
-  const Header::LlLine* lines = header(r)->ll[slot & 1];
+  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
   auto* dst = static_cast<std::byte*>(out);
   uint64_t call;
   std::memcpy(&call, lines[0].payload, sizeof call);
@@ -442,8 +446,16 @@ void ShmGroup::llPrepare(int slot, size_t bytes) const {
   constexpr size_t kFromLines = 7;
   const size_t count = llLineCount(bytes);
   if (count < kFromLines) return;
-  Header::LlLine* lines = header(rank_)->ll[slot & 1];
+  Header::LlLine* lines = header(rank_)->ll[slot % kLlSlots];
   for (size_t i = 0; i < count; ++i) prefetchForWrite(&lines[i]);
+}
+
+void ShmGroup::llFinish(uint64_t seq) { header(rank_)->llFinished.store(seq, std::memory_order_release); }
+
+uint64_t ShmGroup::llFinished(int r) const { return header(r)->llFinished.load(std::memory_order_acquire); }
+
+void ShmGroup::llPrefetch(int r, int slot) const {
+  __builtin_prefetch(&header(r)->ll[slot % kLlSlots][0], 0, 3);
 }
 
 void ShmGroup::publishBuffers(uint64_t seq, const PublishedBuffers& b) {

@@ -4,8 +4,9 @@
 // communicators never share a flag or a buffer. A segment holds:
 //   - a header: the rank's sync counter (direct algorithms), and its failure notice; how it wrote
 //     its last copy into staging, and what it measured reading its peers' streamed blocks;
-//   - two slots of low-latency lines: small payloads sent with a sequence number in the same
-//     64-byte line, so a reader learns of the data and gets it in one cache-line transfer;
+//   - kLlSlots slots of low-latency lines, used in turn: small payloads sent with a sequence
+//     number in the same 64-byte line, so a reader learns of the data and gets it in one
+//     cache-line transfer; and the last low-latency call the rank finished;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
 //   - the staging area for direct algorithms: kStageSlots slots of half the staging size, which a
 //     long allreduce's or all-gather's chunks alternate between (two of them) and other calls'
@@ -164,11 +165,14 @@ class ShmGroup final : public Transport {
   /// rewritten: r ran two calls ahead), `f->seq` then being what the slot held.
   bool fingerprint(int r, uint64_t seq, CallFingerprint* f) const;
 
-  /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line, in two
-  /// slots per rank used alternately (a rank can only write slot s again after every rank has
-  /// read it: it must first have read every rank's next message, in the other slot).
+  /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line, in
+  /// kLlSlots slots per rank used in turn (message m in slot m % kLlSlots). A rank writes a slot
+  /// again only once every peer has finished the call that read it (llFinished), so a rank that
+  /// waits for nobody in its calls (a broadcast's root, a reduce's senders) runs up to
+  /// kLlSlots calls ahead of its slowest peer.
   static constexpr size_t kLlLinePayload = 56;
   static constexpr size_t kLlLines = 64;
+  static constexpr int kLlSlots = 16;
   /// Payload capacity of a slot: its lines less the 8-byte call word every message starts with.
   static constexpr size_t kLlBytes = kLlLinePayload * kLlLines - sizeof(uint64_t);
   /// Writes `bytes` (<= kLlBytes) into this rank's slot, after `call` (a hash of the call the
@@ -182,6 +186,13 @@ class ShmGroup final : public Transport {
   /// ahead of the next llPublish into it, where that pays (call once every peer has read the
   /// slot's last message). A hint: it changes no data.
   void llPrepare(int slot, size_t bytes) const;
+  /// Publishes that this rank finished low-latency call `seq` (release): it reads none of the
+  /// peers' messages up to `seq` any more.
+  void llFinish(uint64_t seq);
+  /// The last low-latency call rank r published it finished (acquire).
+  uint64_t llFinished(int r) const;
+  /// A hint: starts loading line 0 of rank r's `slot`, where its next message is awaited.
+  void llPrefetch(int r, int slot) const;
 
   /// Publishes where this rank's buffers of exchange `seq` live (release: a peer that reads `seq`
   /// in the slot sees the rest). Two slots by seq parity: a rank publishes exchange seq + 2 only

@@ -11,9 +11,12 @@
 // against the exact quotient within one unit in the last place of the output type.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -326,6 +329,66 @@ TEST(LowLatencyMessages, RanksAheadNeverOverwriteUnreadMessages) {
         EXPECT_EQ(wrong, 0u) << "rank " << r << ": " << first;
       });
     }
+}
+
+// A rank that waits for nobody runs ahead through the ring of low-latency slots, exactly as far as
+// the ring allows: while one rank sleeps after its call s, the broadcast's root (and, in a reduce,
+// every sender) finishes calls up to s + kLlSlots and no further (its next message would go into
+// the slot of message s + 1, which the sleeper has not read). Long runs of one root, then of the
+// next, 2..4 thread ranks; every result exact on every rank. In check mode (CHORUS_CHECK=1, the
+// sanitizer pass) every call synchronises first, so nobody runs ahead at all.
+TEST(LowLatencyMessages, RanksWaitingForNobodyRunAheadByTheRingAndNoFurther) {
+  constexpr int kCalls = 600, kSleepEvery = 150;
+  const char* check = std::getenv("CHORUS_CHECK");
+  const int kRing = check && std::string(check) == "1" ? 0 : transport::ShmGroup::kLlSlots;
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    auto comms = Communicator::createLocal(n, apitest::testConfig(60));
+    std::vector<std::atomic<int>> done(static_cast<size_t>(n));
+    std::vector<std::vector<int>> leads(static_cast<size_t>(n));
+    runRanks(comms, [&](Communicator& c, int r) {
+      size_t wrong = 0;
+      std::string first;
+      for (int call = 0; call < kCalls; ++call) {
+        const bool bcast = call < kCalls / 2;
+        const int root = (call / kSleepEvery) % n;  // one root for a whole run
+        // The sleeper: a rank that reads in this run (not the broadcast's root, the reduce's root).
+        const int sleeper = bcast ? (root + 1) % n : root;
+        std::array<int32_t, 4> in{}, out{};
+        for (size_t i = 0; i < in.size(); ++i) in[i] = call * 10 + r + static_cast<int>(i);
+        if (bcast) {
+          c.broadcast(in.data(), out.data(), in.size(), DataType::Int32, root);
+          for (size_t i = 0; i < in.size(); ++i)
+            if (out[i] != call * 10 + root + static_cast<int>(i) && wrong++ == 0)
+              first = "broadcast " + std::to_string(call) + " element " + std::to_string(i);
+        } else {
+          c.reduce(in.data(), out.data(), in.size(), DataType::Int32, ReduceOp::Sum, root);
+          for (size_t i = 0; r == root && i < in.size(); ++i) {
+            int32_t want = 0;
+            for (int q = 0; q < n; ++q) want += call * 10 + q + static_cast<int>(i);
+            if (out[i] != want && wrong++ == 0)
+              first = "reduce " + std::to_string(call) + " element " + std::to_string(i);
+          }
+        }
+        done[static_cast<size_t>(r)].store(call + 1);
+        if (r == sleeper && call % kSleepEvery == kSleepEvery / 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          // The ranks that wait for nobody in this run: how far ahead of this one they got.
+          for (int q = 0; q < n; ++q) {
+            if (q != r && (!bcast || q == root))
+              leads[static_cast<size_t>(r)].push_back(done[static_cast<size_t>(q)].load() - (call + 1));
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << r << ": " << first;
+    });
+    size_t seen = 0;
+    for (const auto& l : leads) {
+      for (int lead : l) EXPECT_EQ(lead, kRing) << "how far a rank that waits for nobody got ahead";
+      seen += l.size();
+    }
+    EXPECT_GE(seen, 4u);
+  }
 }
 
 // Every algorithm of the registry that can run over `transport`, for 2..5 ranks.
