@@ -235,8 +235,10 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   tsanAcquireShm();
   if (group_.llCopy(root, slot, out, bytes) != llWord_) llWordMismatch(root);
   llFinish(seq);
-  // A root that runs ahead has written the next slot too: its first line is on its way.
-  group_.llPrefetch(root, llSlot(seq + 1));
+  // A root that runs ahead has written the next slot too: its lines are on their way. (Further
+  // ahead paid nothing more: 2 ranks, 8 B, 0.082-0.084 us a call at 1, 2 and 4 slots ahead, 0.093
+  // at 6; 4 ranks on the 2 cores 0.38 at 1 slot, 0.43 at 4; 0.126 without the hint.)
+  group_.llPrefetch(root, llSlot(seq + 1), bytes);
 }
 
 void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {

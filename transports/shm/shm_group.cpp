@@ -454,8 +454,10 @@ void ShmGroup::llFinish(uint64_t seq) { header(rank_)->llFinished.store(seq, std
 
 uint64_t ShmGroup::llFinished(int r) const { return header(r)->llFinished.load(std::memory_order_acquire); }
 
-void ShmGroup::llPrefetch(int r, int slot) const {
-  __builtin_prefetch(&header(r)->ll[slot % kLlSlots][0], 0, 3);
+void ShmGroup::llPrefetch(int r, int slot, size_t bytes) const {
+  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
+  const size_t count = llLineCount(bytes);
+  for (size_t i = 0; i < count; ++i) __builtin_prefetch(&lines[i], 0, 3);
 }
 
 void ShmGroup::publishBuffers(uint64_t seq, const PublishedBuffers& b) {

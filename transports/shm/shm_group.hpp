@@ -191,8 +191,8 @@ class ShmGroup final : public Transport {
   void llFinish(uint64_t seq);
   /// The last low-latency call rank r published it finished (acquire).
   uint64_t llFinished(int r) const;
-  /// A hint: starts loading line 0 of rank r's `slot`, where its next message is awaited.
-  void llPrefetch(int r, int slot) const;
+  /// A hint: starts loading the lines of rank r's `slot` that a message of `bytes` fills.
+  void llPrefetch(int r, int slot, size_t bytes) const;
 
   /// Publishes where this rank's buffers of exchange `seq` live (release: a peer that reads `seq`
   /// in the slot sees the rest). Two slots by seq parity: a rank publishes exchange seq + 2 only
