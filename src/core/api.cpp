@@ -17,10 +17,10 @@ void refuseInGroup(const char* call) {
 }
 
 // A collective of count 0 moves nothing and needs nobody: it returns at once, as NCCL discards
-// such calls, without the turn, the call's number or its fingerprint (docs/api.md, "Empty calls").
-// Barrier has no count, and an alltoallv whose counts are all zero here may still be a peer's
-// partner in its synchronisations: both always run. Check mode (CHORUS_CHECK) runs them too, so
-// that a peer passing another count is named.
+// such calls, without the turn, the call's number or its fingerprint (docs/reliability.md;
+// docs/performance.md, "Empty calls"). Barrier has no count, and an alltoallv whose counts are
+// all zero here may still be a peer's partner in its synchronisations: both always run. Check mode
+// (CHORUS_CHECK) runs them too, so that a peer passing another count is named.
 bool discardable(const CommImpl& c, const Op& op) {
   if (op.count != 0 || c.config().checkCalls) return false;
   switch (op.kind) {
