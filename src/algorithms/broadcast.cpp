@@ -49,14 +49,15 @@ void broadcastDirect(Context& ctx, const Op& op) {
       });
 }
 
-// Broadcast, low latency: chunks of up to llCapacity() bytes through the root's low-latency lines.
-// The root waits for nobody in its own call (ShmSync::llBroadcast): only, at its next message, for
-// every rank to have published this one, so a loop of broadcasts costs the root no round trip.
+// Broadcast, low latency: chunks of up to llRootedCapacity() bytes through the root's ring of
+// low-latency slots. The root waits for nobody in its own call (ShmSync::llBroadcast): only, once
+// it has gone round its ring, for every rank to have read the slot it writes, so a loop of
+// broadcasts costs the root no round trip.
 void broadcastLowLatency(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   const bool root = ctx.rank() == op.root;
   const size_t elem = dataTypeSize(op.type);
-  const size_t chunk = engine::ShmSync::llCapacity() / elem;
+  const size_t chunk = engine::ShmSync::llRootedCapacity() / elem;
   for (size_t off = 0; off < op.count; off += chunk) {
     const size_t ce = std::min(chunk, op.count - off);
     shared(ctx).llBroadcast(op.root, root ? at(op.send, off, elem) : nullptr, ce * elem,

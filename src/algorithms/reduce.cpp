@@ -33,15 +33,15 @@ void reduceDirect(Context& ctx, const Op& op) {
       Packing::Always);
 }
 
-// Reduce, low latency: every rank publishes each chunk of up to llCapacity() bytes in its
-// low-latency lines and goes on (ShmSync::llGatherToRoot); the root reduces all n copies in rank
+// Reduce, low latency: every rank publishes each chunk of up to llRootedCapacity() bytes in its
+// ring of low-latency slots and goes on (ShmSync::llGatherToRoot); the root reduces all n copies in rank
 // order, as the allreduce's "ll" does.
 void reduceLowLatency(Context& ctx, const Op& op) {
   if (op.count == 0) return;
   const int n = ctx.size();
   const bool root = ctx.rank() == op.root;
   const size_t elem = dataTypeSize(op.type);
-  const size_t chunk = engine::ShmSync::llCapacity() / elem;
+  const size_t chunk = engine::ShmSync::llRootedCapacity() / elem;
   std::byte* gathered = root ? ctx.scratch(static_cast<size_t>(n) * chunk * elem) : nullptr;
   // The sources' addresses on the stack up to 64 ranks: no allocation on the latency path.
   constexpr int kOnStack = 64;

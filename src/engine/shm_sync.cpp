@@ -133,10 +133,17 @@ uint64_t ShmSync::llNext() {
   return ++llSeq_;
 }
 
-void ShmSync::llClaim(uint64_t seq) {
-  constexpr uint64_t kSlots = transport::ShmGroup::kLlSlots;
-  if (seq <= kSlots || llFree_ >= seq - kSlots) return;
-  const uint64_t need = seq - kSlots;  // the call that last read this slot
+int ShmSync::llGatherSlot() { return static_cast<int>(llGathers_++ % transport::ShmGroup::kLlGatherSlots); }
+
+int ShmSync::llRootedSlot() {
+  return transport::ShmGroup::kLlGatherSlots +
+         static_cast<int>(llRooted_++ % transport::ShmGroup::kLlRootedSlots);
+}
+
+void ShmSync::llClaim(int slot, uint64_t seq) {
+  const uint64_t need = llWritten_[static_cast<size_t>(slot)];  // the slot's last message
+  llWritten_[static_cast<size_t>(slot)] = seq;
+  if (need == 0 || llFree_ >= need) return;
   const int n = size(), me = rank();
   uint64_t least = UINT64_MAX;
   Waiter waiter = waiter_();
@@ -153,8 +160,9 @@ void ShmSync::llClaim(uint64_t seq) {
               if (k != me && group_.llFinished(k) < need) missing += strCat(missing.empty() ? "" : ", ", k);
             }
             return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing,
-                          " to finish small call ", need, " (each rank runs at most ", kSlots,
-                          " small calls ahead of the slowest)");
+                          " to finish small call ", need,
+                          " (a broadcast's root or a reduce's sender runs at most ",
+                          transport::ShmGroup::kLlRootedSlots, " small calls ahead of the slowest)");
           },
           [&](int k) { return k >= r && k != me && group_.llFinished(k) < need; });
     }
@@ -175,18 +183,18 @@ void ShmSync::llWordMismatch(int peer) {
 
 void ShmSync::llGather(const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
-  llClaim(seq);
+  const int slot = llGatherSlot();
+  llClaim(slot, seq);
   tsanReleaseShm();
-  group_.llPublish(llSlot(seq), seq, llWord_, mine, bytes);
-  llCollect(seq, mine, bytes, out);
+  group_.llPublish(slot, seq, llWord_, mine, bytes);
+  llCollect(seq, slot, mine, bytes, out);
   // Every peer published message seq, so finished every call before it.
   llFree_ = std::max(llFree_, seq - 1);
-  group_.llPrepare(llSlot(seq + 1), bytes);
+  group_.llPrepare(static_cast<int>(llGathers_ % transport::ShmGroup::kLlGatherSlots), bytes);
   llFinish(seq);
 }
 
-void ShmSync::llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out) {
-  const int slot = llSlot(seq);
+void ShmSync::llCollect(uint64_t seq, int slot, const void* mine, size_t bytes, std::byte* out) {
   const int n = size(), me = rank();
   std::byte* own = out + static_cast<size_t>(me) * bytes;
   if (own != mine && bytes) std::memcpy(own, mine, bytes);
@@ -215,10 +223,10 @@ void ShmSync::llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte*
 
 void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   const uint64_t seq = llNext();
-  const int slot = llSlot(seq);
+  const int slot = llRootedSlot();
   const int me = rank();
   if (me == root) {
-    llClaim(seq);
+    llClaim(slot, seq);
     tsanReleaseShm();
     group_.llPublish(slot, seq, llWord_, data, bytes);
     if (out != data && bytes) std::memcpy(out, data, bytes);
@@ -236,19 +244,23 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   if (group_.llCopy(root, slot, out, bytes) != llWord_) llWordMismatch(root);
   llFinish(seq);
   // A root that runs ahead has written the next slot too: its lines are on their way. (Further
-  // ahead paid nothing more: 2 ranks, 8 B, 0.082-0.084 us a call at 1, 2 and 4 slots ahead, 0.093
-  // at 6; 4 ranks on the 2 cores 0.38 at 1 slot, 0.43 at 4; 0.126 without the hint.)
-  group_.llPrefetch(root, llSlot(seq + 1), bytes);
+  // ahead paid nothing more with a ring of 16: 2 ranks, 8 B, 0.082-0.084 us a call at 1, 2 and 4
+  // slots ahead, 0.093 at 6; 4 ranks on the 2 cores 0.38 at 1 slot, 0.43 at 4; 0.126 without.)
+  group_.llPrefetch(
+      root,
+      transport::ShmGroup::kLlGatherSlots + static_cast<int>(llRooted_ % transport::ShmGroup::kLlRootedSlots),
+      bytes);
 }
 
 void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
+  const int slot = llRootedSlot();
   if (rank() == root) {
-    llCollect(seq, mine, bytes, out);
+    llCollect(seq, slot, mine, bytes, out);
   } else {
-    llClaim(seq);
+    llClaim(slot, seq);
     tsanReleaseShm();
-    group_.llPublish(llSlot(seq), seq, llWord_, mine, bytes);
+    group_.llPublish(slot, seq, llWord_, mine, bytes);
   }
   llFinish(seq);
 }

@@ -5,6 +5,7 @@
 // by the thread running the current operation.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -116,15 +117,17 @@ class ShmSync {
   /// `bytes` of `data` (copied to its `out` too, unless the same) and returns at once; every other
   /// rank copies the root's message to `out`. Gather to the root (reduce): every rank publishes
   /// `bytes` of `mine` and all but `root` return at once; the root copies rank r's message to
-  /// out + r * bytes (the root publishes nothing). A rank that waits for nobody runs ahead by up to
-  /// kLlSlots messages: writing a slot again waits until every peer finished the call that read
-  /// it (llClaim). Every message carries the chain of the small calls so far (llNext), which its
-  /// readers compare, and the synchronisations of the calls after carry it in their tags: a
-  /// broadcast or reduce whose ranks disagreed fails by the next message read or synchronisation
-  /// between two ranks whose calls differed.
+  /// out + r * bytes (the root publishes nothing). `bytes` <= llRootedCapacity(). A rank that waits
+  /// for nobody runs ahead by up to kLlRootedSlots messages (a ring): writing a slot again waits
+  /// until every peer finished the call that read it (llClaim). Every message carries the chain of the small
+  /// calls so far (llNext), which its readers compare, and the synchronisations of the calls after carry it
+  /// in their tags: a broadcast or reduce whose ranks disagreed fails by the next message read or
+  /// synchronisation between two ranks whose calls differed.
   void llBroadcast(int root, const void* data, size_t bytes, void* out);
   void llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out);
   static constexpr size_t llCapacity() { return transport::ShmGroup::kLlBytes; }
+  /// What one message of llBroadcast() or llGatherToRoot() carries at most.
+  static constexpr size_t llRootedCapacity() { return transport::ShmGroup::kLlRootedBytes; }
   /// Zero copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed). If
   /// zero copy is enabled and every rank's needed buffers lie in chorusMemAlloc memory, fills
   /// `peers` (one entry per rank, own included) and returns true; otherwise false, the same on
@@ -177,11 +180,14 @@ class ShmSync {
   // message carries: a chain of the hashes of every low-latency call so far, so that a reader finds
   // a difference in any earlier small call, not only in this one.
   uint64_t llNext();
-  static int llSlot(uint64_t seq) { return static_cast<int>(seq % transport::ShmGroup::kLlSlots); }
-  // Before this rank writes message `seq` into its slot: waits until every peer has finished call
-  // seq - kLlSlots, the last that read that slot (llFree_: what is known already, so the peers'
-  // lines are read once in many calls).
-  void llClaim(uint64_t seq);
+  // The slot of the next gather (llGather: every rank reads every message) and of the next
+  // message of the ring (a broadcast's or a reduce's): every rank counts both, so all agree.
+  int llGatherSlot();
+  int llRootedSlot();
+  // Before this rank writes message `seq` into its `slot`: waits until every peer has finished the
+  // call of the slot's last message (llFree_: what is known already, so the peers' lines are read
+  // once in many calls).
+  void llClaim(int slot, uint64_t seq);
   // Whether `peer` arrived at a synchronisation this rank has not reached. Waiting for its
   // low-latency message, that is a mismatch (it runs the staged path of another call: a count on
   // the other side of a low-latency bound), unless the message is there after all: a peer publishes
@@ -189,7 +195,7 @@ class ShmSync {
   bool synchronisesAhead(int peer) const;
   // Copies `mine` and every peer's message `seq`, once there, to out + r * bytes, comparing their
   // call words with this rank's.
-  void llCollect(uint64_t seq, const void* mine, size_t bytes, std::byte* out);
+  void llCollect(uint64_t seq, int slot, const void* mine, size_t bytes, std::byte* out);
   // Low-latency call `seq` finished here: published for the writers waiting to reuse a slot.
   void llFinish(uint64_t seq);
   // Rank `peer`'s message carries another call word: an error naming this call.
@@ -213,8 +219,12 @@ class ShmSync {
   OutputStores outputStores_{outputStoresTimed()};
   SingleCopyChoice singleCopyChoice_{singleCopyChoicePolicy()};
   uint64_t llSeq_ = 0;
-  uint64_t llWord_ = 0;  // the call word of message llSeq_ (llNext)
-  uint64_t llFree_ = 0;  // every peer is known to have finished low-latency call llFree_
+  uint64_t llWord_ = 0;                    // the call word of message llSeq_ (llNext)
+  uint64_t llFree_ = 0;                    // every peer is known to have finished low-latency call llFree_
+  uint64_t llGathers_ = 0, llRooted_ = 0;  // messages so far through the gather slots, the ring
+  // The last message this rank wrote into each of its slots (0: none).
+  std::array<uint64_t, transport::ShmGroup::kLlGatherSlots + transport::ShmGroup::kLlRootedSlots>
+      llWritten_{};
   uint64_t bufferSeq_ = 0;
   // Peers' chorusMemAlloc buffers mapped here; room for two operations' worth (send and receive
   // buffer of every peer), so that no pointer of the running operation is ever unmapped.

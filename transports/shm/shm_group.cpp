@@ -19,7 +19,9 @@ namespace chorus::transport {
 
 namespace {
 constexpr uint64_t kMagic = 0x43484f5255534d31ull;  // "CHORUSM1"
-constexpr size_t kHeaderBytes = 4096 + ShmGroup::kLlSlots * (ShmGroup::kLlLines + 1) * 64;
+constexpr size_t kHeaderBytes = 4096 + (ShmGroup::kLlGatherSlots * ShmGroup::kLlLines +
+                                        ShmGroup::kLlRootedSlots * ShmGroup::kLlRootedLines) *
+                                           64;
 constexpr size_t kFailTextBytes = 1024;
 
 // PREFETCHW where the CPU has it (CPUID 0x80000001 ECX bit 8), else nothing.
@@ -75,9 +77,10 @@ struct ShmGroup::Header {
     std::atomic<uint64_t> seq;
   };
   static_assert(sizeof(LlLine) == 64);
-  // One line more per slot than a message fills: the slots' first lines, 4 KiB apart otherwise,
-  // would all fall into one set of the L1 cache (16 slots and the peers' against its 8 ways).
-  LlLine ll[kLlSlots][kLlLines + 1];
+  // The slots every rank reads (gathers), then the ring of the rooted calls' slots: 5 lines each,
+  // an odd count, so that the ring's first lines spread over the sets of the L1 cache.
+  LlLine ll[kLlGatherSlots][kLlLines];
+  LlLine llRooted[kLlRootedSlots][kLlRootedLines];
   // The last low-latency call this rank finished (llFinish): its own line, written once a call.
   alignas(64) std::atomic<uint64_t> llFinished;
   struct BufferSlot {
@@ -383,6 +386,7 @@ bool ShmGroup::fingerprint(int r, uint64_t seq, CallFingerprint* f) const {
 // later line 56 data bytes.
 namespace {
 constexpr size_t kLlFirstData = ShmGroup::kLlLinePayload - sizeof(uint64_t);
+static_assert(ShmGroup::kLlRootedLines % 2 == 1);
 size_t llLineCount(size_t bytes) {
   return 1 + (bytes > kLlFirstData
                   ? (bytes - kLlFirstData + ShmGroup::kLlLinePayload - 1) / ShmGroup::kLlLinePayload
@@ -390,8 +394,13 @@ size_t llLineCount(size_t bytes) {
 }
 }  // namespace
 
+void* ShmGroup::llSlotLines(int r, int slot) const {
+  Header* h = header(r);
+  return slot < kLlGatherSlots ? h->ll[slot] : h->llRooted[slot - kLlGatherSlots];
+}
+
 void ShmGroup::llPublish(int slot, uint64_t seq, uint64_t call, const void* data, size_t bytes) {
-  Header::LlLine* lines = header(rank_)->ll[slot % kLlSlots];
+  auto* lines = static_cast<Header::LlLine*>(llSlotLines(rank_, slot));
   const auto* src = static_cast<const std::byte*>(data);
   size_t n = std::min(bytes, kLlFirstData);
   std::memcpy(lines[0].payload, &call, sizeof call);
@@ -409,7 +418,7 @@ void ShmGroup::llPublish(int slot, uint64_t seq, uint64_t call, const void* data
 }
 
 bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
-  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
+  const auto* lines = static_cast<const Header::LlLine*>(llSlotLines(r, slot));
   const size_t count = llLineCount(bytes);
   for (size_t i = 0; i < count; ++i) {
     if (lines[i].seq.load(std::memory_order_acquire) != seq) return false;
@@ -418,7 +427,7 @@ bool ShmGroup::llArrived(int r, int slot, uint64_t seq, size_t bytes) const {
 }
 
 uint64_t ShmGroup::llCopy(int r, int slot, void* out, size_t bytes) const {
-  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
+  const auto* lines = static_cast<const Header::LlLine*>(llSlotLines(r, slot));
   auto* dst = static_cast<std::byte*>(out);
   uint64_t call;
   std::memcpy(&call, lines[0].payload, sizeof call);
@@ -446,7 +455,7 @@ void ShmGroup::llPrepare(int slot, size_t bytes) const {
   constexpr size_t kFromLines = 7;
   const size_t count = llLineCount(bytes);
   if (count < kFromLines) return;
-  Header::LlLine* lines = header(rank_)->ll[slot % kLlSlots];
+  auto* lines = static_cast<Header::LlLine*>(llSlotLines(rank_, slot));
   for (size_t i = 0; i < count; ++i) prefetchForWrite(&lines[i]);
 }
 
@@ -455,7 +464,7 @@ void ShmGroup::llFinish(uint64_t seq) { header(rank_)->llFinished.store(seq, std
 uint64_t ShmGroup::llFinished(int r) const { return header(r)->llFinished.load(std::memory_order_acquire); }
 
 void ShmGroup::llPrefetch(int r, int slot, size_t bytes) const {
-  const Header::LlLine* lines = header(r)->ll[slot % kLlSlots];
+  const auto* lines = static_cast<const Header::LlLine*>(llSlotLines(r, slot));
   const size_t count = llLineCount(bytes);
   for (size_t i = 0; i < count; ++i) __builtin_prefetch(&lines[i], 0, 3);
 }

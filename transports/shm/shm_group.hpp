@@ -4,9 +4,10 @@
 // communicators never share a flag or a buffer. A segment holds:
 //   - a header: the rank's sync counter (direct algorithms), and its failure notice; how it wrote
 //     its last copy into staging, and what it measured reading its peers' streamed blocks;
-//   - kLlSlots slots of low-latency lines, used in turn: small payloads sent with a sequence
-//     number in the same 64-byte line, so a reader learns of the data and gets it in one
-//     cache-line transfer; and the last low-latency call the rank finished;
+//   - slots of low-latency lines: small payloads sent with a sequence number in the same 64-byte
+//     line, so a reader learns of the data and gets it in one cache-line transfer; two for the
+//     messages every rank reads, a ring of 128 for those of the broadcast's root and the reduce's
+//     senders; and the last low-latency call the rank finished;
 //   - one FIFO per source rank (the point-to-point pipes *into* this rank);
 //   - the staging area for direct algorithms: kStageSlots slots of half the staging size, which a
 //     long allreduce's or all-gather's chunks alternate between (two of them) and other calls'
@@ -165,17 +166,22 @@ class ShmGroup final : public Transport {
   /// rewritten: r ran two calls ahead), `f->seq` then being what the slot held.
   bool fingerprint(int r, uint64_t seq, CallFingerprint* f) const;
 
-  /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line, in
-  /// kLlSlots slots per rank used in turn (message m in slot m % kLlSlots). A rank writes a slot
-  /// again only once every peer has finished the call that read it (llFinished), so a rank that
-  /// waits for nobody in its calls (a broadcast's root, a reduce's senders) runs up to
-  /// kLlSlots calls ahead of its slowest peer.
+  /// Low-latency lines: 56 payload bytes and an 8-byte sequence number per 64-byte line. Slots
+  /// 0 and 1 (kLlGatherSlots, kLlLines lines each, up to kLlBytes) carry the messages every rank
+  /// reads (llGather); slots kLlGatherSlots.. (kLlRootedSlots, kLlRootedLines lines each, up to
+  /// kLlRootedBytes) the ring of the messages only some ranks read (a broadcast's root's, a
+  /// reduce's senders'). A rank writes a slot again only once every peer has finished the call
+  /// that read the slot's last message (llFinished), so the ring lets a rank that waits for nobody
+  /// run up to kLlRootedSlots calls ahead of its slowest peer.
   static constexpr size_t kLlLinePayload = 56;
   static constexpr size_t kLlLines = 64;
-  static constexpr int kLlSlots = 16;
+  static constexpr int kLlGatherSlots = 2;
+  static constexpr size_t kLlRootedLines = 5;
+  static constexpr int kLlRootedSlots = 128;
   /// Payload capacity of a slot: its lines less the 8-byte call word every message starts with.
   static constexpr size_t kLlBytes = kLlLinePayload * kLlLines - sizeof(uint64_t);
-  /// Writes `bytes` (<= kLlBytes) into this rank's slot, after `call` (a hash of the call the
+  static constexpr size_t kLlRootedBytes = kLlLinePayload * kLlRootedLines - sizeof(uint64_t);
+  /// Writes `bytes` (<= the slot's capacity) into this rank's slot, after `call` (a hash of the call the
   /// message belongs to, which the reader compares), each line tagged with `seq` (> 0).
   void llPublish(int slot, uint64_t seq, uint64_t call, const void* data, size_t bytes);
   /// Whether rank r's slot holds all lines of message `seq` of `bytes` bytes (acquire).
@@ -231,6 +237,9 @@ class ShmGroup final : public Transport {
  private:
   struct Header;
   Header* header(int r) const;
+  // Rank r's low-latency slot `slot` (its first line): a gather slot below kLlGatherSlots, else
+  // one of the ring.
+  void* llSlotLines(int r, int slot) const;
   // Creates this rank's segment, maps every peer's, and unlinks ours once all have mapped all.
   void mapSegments(Store& store, const ShmGroupOptions& options);
   // Before the ranks' last set-up barrier: probes reading every peer process's memory, publishes

@@ -333,14 +333,15 @@ TEST(LowLatencyMessages, RanksAheadNeverOverwriteUnreadMessages) {
 
 // A rank that waits for nobody runs ahead through the ring of low-latency slots, exactly as far as
 // the ring allows: while one rank sleeps after its call s, the broadcast's root (and, in a reduce,
-// every sender) finishes calls up to s + kLlSlots and no further (its next message would go into
-// the slot of message s + 1, which the sleeper has not read). Long runs of one root, then of the
-// next, 2..4 thread ranks; every result exact on every rank. In check mode (CHORUS_CHECK=1, the
+// every sender) finishes calls up to s + kLlRootedSlots and no further (its next message would go
+// into the slot of message s + 1, which the sleeper has not read). Long runs of one root, then of
+// the next, 2..4 thread ranks; every result exact on every rank. In check mode (CHORUS_CHECK=1, the
 // sanitizer pass) every call synchronises first, so nobody runs ahead at all.
 TEST(LowLatencyMessages, RanksWaitingForNobodyRunAheadByTheRingAndNoFurther) {
-  constexpr int kCalls = 600, kSleepEvery = 150;
+  constexpr int kRing = transport::ShmGroup::kLlRootedSlots;
+  constexpr int kSleepEvery = 2 * kRing + 100, kCalls = 4 * kSleepEvery;  // runs longer than 2 rings
   const char* check = std::getenv("CHORUS_CHECK");
-  const int kRing = check && std::string(check) == "1" ? 0 : transport::ShmGroup::kLlSlots;
+  const int lead = check && std::string(check) == "1" ? 0 : kRing;
   for (int n : {2, 3, 4}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     auto comms = Communicator::createLocal(n, apitest::testConfig(60));
@@ -371,7 +372,7 @@ TEST(LowLatencyMessages, RanksWaitingForNobodyRunAheadByTheRingAndNoFurther) {
           }
         }
         done[static_cast<size_t>(r)].store(call + 1);
-        if (r == sleeper && call % kSleepEvery == kSleepEvery / 2) {
+        if (r == sleeper && call % kSleepEvery == kRing / 2) {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
           // The ranks that wait for nobody in this run: how far ahead of this one they got.
           for (int q = 0; q < n; ++q) {
@@ -384,7 +385,7 @@ TEST(LowLatencyMessages, RanksWaitingForNobodyRunAheadByTheRingAndNoFurther) {
     });
     size_t seen = 0;
     for (const auto& l : leads) {
-      for (int lead : l) EXPECT_EQ(lead, kRing) << "how far a rank that waits for nobody got ahead";
+      for (int ahead : l) EXPECT_EQ(ahead, lead) << "how far a rank that waits for nobody got ahead";
       seen += l.size();
     }
     EXPECT_GE(seen, 4u);
