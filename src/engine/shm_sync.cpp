@@ -257,6 +257,11 @@ void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte
   const int slot = llRootedSlot();
   if (rank() == root) {
     llCollect(seq, slot, mine, bytes, out);
+    // Senders that run ahead have written their next slots too, as a broadcast's root has.
+    const int next = transport::ShmGroup::kLlGatherSlots +
+                     static_cast<int>(llRooted_ % transport::ShmGroup::kLlRootedSlots);
+    for (int r = 0; r < size(); ++r)
+      if (r != root) group_.llPrefetch(r, next, bytes);
   } else {
     llClaim(slot, seq);
     tsanReleaseShm();
