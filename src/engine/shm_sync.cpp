@@ -135,9 +135,16 @@ uint64_t ShmSync::llNext() {
 
 int ShmSync::llGatherSlot() { return static_cast<int>(llGathers_++ % transport::ShmGroup::kLlGatherSlots); }
 
-int ShmSync::llRootedSlot() {
-  return transport::ShmGroup::kLlGatherSlots +
-         static_cast<int>(llRooted_++ % transport::ShmGroup::kLlRootedSlots);
+int ShmSync::llRingDepth() const {
+  // The whole ring where ranks share cores; a sixteenth of it where each has its own. Builds
+  // against each other, launches of 1000 calls: the 2-rank reduce of 8 B took 0.09-0.12 us with
+  // 16 slots, 0.16-0.24 with 128 (0.12 with two slots), while at 4 ranks on 2 cores 128 slots
+  // halved the 16-slot ring's time (docs/performance.md, "Rooted calls in the low-latency lines").
+  return group_.ownCores() ? transport::ShmGroup::kLlRootedSlots / 8 : transport::ShmGroup::kLlRootedSlots;
+}
+
+int ShmSync::llRootedSlot(uint64_t k) const {
+  return transport::ShmGroup::kLlGatherSlots + static_cast<int>(k % static_cast<uint64_t>(llRingDepth()));
 }
 
 void ShmSync::llClaim(int slot, uint64_t seq) {
@@ -161,8 +168,8 @@ void ShmSync::llClaim(int slot, uint64_t seq) {
             }
             return strCat("rank ", me, ": ", what_(), ": waiting for rank(s) ", missing,
                           " to finish small call ", need,
-                          " (a broadcast's root or a reduce's sender runs at most ",
-                          transport::ShmGroup::kLlRootedSlots, " small calls ahead of the slowest)");
+                          " (a broadcast's root or a reduce's sender runs at most ", llRingDepth(),
+                          " small calls ahead of the slowest)");
           },
           [&](int k) { return k >= r && k != me && group_.llFinished(k) < need; });
     }
@@ -223,7 +230,7 @@ void ShmSync::llCollect(uint64_t seq, int slot, const void* mine, size_t bytes, 
 
 void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   const uint64_t seq = llNext();
-  const int slot = llRootedSlot();
+  const int slot = llRootedSlot(llRooted_++);
   const int me = rank();
   if (me == root) {
     llClaim(slot, seq);
@@ -246,20 +253,16 @@ void ShmSync::llBroadcast(int root, const void* data, size_t bytes, void* out) {
   // A root that runs ahead has written the next slot too: its lines are on their way. (Further
   // ahead paid nothing more with a ring of 16: 2 ranks, 8 B, 0.082-0.084 us a call at 1, 2 and 4
   // slots ahead, 0.093 at 6; 4 ranks on the 2 cores 0.38 at 1 slot, 0.43 at 4; 0.126 without.)
-  group_.llPrefetch(
-      root,
-      transport::ShmGroup::kLlGatherSlots + static_cast<int>(llRooted_ % transport::ShmGroup::kLlRootedSlots),
-      bytes);
+  group_.llPrefetch(root, llRootedSlot(llRooted_), bytes);
 }
 
 void ShmSync::llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out) {
   const uint64_t seq = llNext();
-  const int slot = llRootedSlot();
+  const int slot = llRootedSlot(llRooted_++);
   if (rank() == root) {
     llCollect(seq, slot, mine, bytes, out);
     // Senders that run ahead have written their next slots too, as a broadcast's root has.
-    const int next = transport::ShmGroup::kLlGatherSlots +
-                     static_cast<int>(llRooted_ % transport::ShmGroup::kLlRootedSlots);
+    const int next = llRootedSlot(llRooted_);
     for (int r = 0; r < size(); ++r)
       if (r != root) group_.llPrefetch(r, next, bytes);
   } else {

@@ -118,14 +118,18 @@ class ShmSync {
   /// rank copies the root's message to `out`. Gather to the root (reduce): every rank publishes
   /// `bytes` of `mine` and all but `root` return at once; the root copies rank r's message to
   /// out + r * bytes (the root publishes nothing). `bytes` <= llRootedCapacity(). A rank that waits
-  /// for nobody runs ahead by up to kLlRootedSlots messages (a ring): writing a slot again waits
-  /// until every peer finished the call that read it (llClaim). Every message carries the chain of the small
-  /// calls so far (llNext), which its readers compare, and the synchronisations of the calls after carry it
-  /// in their tags: a broadcast or reduce whose ranks disagreed fails by the next message read or
+  /// for nobody runs ahead through a ring of slots, by up to kLlRootedSlots messages where ranks
+  /// share cores and 16 where each has its own: writing a slot again waits until every peer
+  /// finished the call that read it (llClaim). Every message carries the chain of the small calls
+  /// so far (llNext), which its readers compare, and the synchronisations of the calls after carry
+  /// it in their tags: a broadcast or reduce whose ranks disagreed fails by the next message read or
   /// synchronisation between two ranks whose calls differed.
   void llBroadcast(int root, const void* data, size_t bytes, void* out);
   void llGatherToRoot(int root, const void* mine, size_t bytes, std::byte* out);
   static constexpr size_t llCapacity() { return transport::ShmGroup::kLlBytes; }
+  /// How many of the ring's slots the rooted messages use: all where ranks share cores, 16 where
+  /// each has its own (ShmGroup::ownCores()), the same on every rank.
+  int llRingDepth() const;
   /// What one message of llBroadcast() or llGatherToRoot() carries at most.
   static constexpr size_t llRootedCapacity() { return transport::ShmGroup::kLlRootedBytes; }
   /// Zero copy: publishes where this rank's buffers are (a buffer of 0 bytes is not needed). If
@@ -183,7 +187,8 @@ class ShmSync {
   // The slot of the next gather (llGather: every rank reads every message) and of the next
   // message of the ring (a broadcast's or a reduce's): every rank counts both, so all agree.
   int llGatherSlot();
-  int llRootedSlot();
+  // The ring's slot of rooted message k (of llRingDepth()).
+  int llRootedSlot(uint64_t k) const;
   // Before this rank writes message `seq` into its `slot`: waits until every peer has finished the
   // call of the slot's last message (llFree_: what is known already, so the peers' lines are read
   // once in many calls).
