@@ -144,7 +144,9 @@ int ShmSync::llRingDepth() const {
 }
 
 int ShmSync::llRootedSlot(uint64_t k) const {
-  return transport::ShmGroup::kLlGatherSlots + static_cast<int>(k % static_cast<uint64_t>(llRingDepth()));
+  // Both depths are powers of two: a mask, not a division on every small call.
+  static_assert((transport::ShmGroup::kLlRootedSlots & (transport::ShmGroup::kLlRootedSlots - 1)) == 0);
+  return transport::ShmGroup::kLlGatherSlots + static_cast<int>(k & static_cast<uint64_t>(llRingDepth() - 1));
 }
 
 void ShmSync::llClaim(int slot, uint64_t seq) {
